@@ -1,0 +1,28 @@
+//! Assembles the context switch for the architecture being compiled for, and only that one.
+//!
+//! The assembly lives in `asm/<arch>.S`; `src/arch` declares the symbols it exports. Any other
+//! architecture stops the build here with a message, rather than failing later at link time.
+
+use std::env;
+
+fn main() {
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").expect("cargo sets CARGO_CFG_TARGET_ARCH");
+    let os = env::var("CARGO_CFG_TARGET_OS").expect("cargo sets CARGO_CFG_TARGET_OS");
+    let source = match arch.as_str() {
+        "x86_64" => "asm/x86_64.S",
+        "aarch64" => "asm/aarch64.S",
+        other => panic!(
+            "greenweave has context-switch assembly for x86_64 and aarch64 only; \
+             target architecture `{other}` is not supported (see asm/ for what a port needs)"
+        ),
+    };
+    if os != "linux" {
+        panic!(
+            "greenweave supports Linux only (its stacks, overflow handler and reactor use \
+             Linux interfaces); target OS `{os}` is not supported"
+        );
+    }
+    println!("cargo:rerun-if-changed={source}");
+    println!("cargo:rerun-if-changed=build.rs");
+    cc::Build::new().file(source).compile("greenweave_switch");
+}

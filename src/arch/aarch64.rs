@@ -1,0 +1,71 @@
+//! aarch64 (AAPCS64) half of [`crate::arch`]: the layout of a fresh stack.
+//!
+//! The switch itself is `asm/aarch64.S`; this file only writes the 160-byte frame that the
+//! first switch to a new stack loads. Fresh stack, highest address at the top:
+//!
+//! ```text
+//!   top ->  +----------------------+  16-byte aligned
+//!           | 0, 0                 |  top - 16   padding (sp must stay 16-aligned)
+//!           | d8..d15 = 0          |  top - 80   .. top - 16
+//!           | x29 = 0, x30 = tramp |  top - 96   fp ends frame-record walks; lr is where the
+//!           |                      |             first `ret` lands
+//!           | x21..x28 = 0         |  top - 160  .. top - 96
+//!   sp  ->  | x19 = entry, x20 = arg| top - 176
+//!           +----------------------+
+//! ```
+//!
+//! After the switch pops 160 bytes, sp = top - 16: 16-byte aligned, as AAPCS64 requires always.
+
+use super::EntryFn;
+
+unsafe extern "C" {
+    /// Defined in `asm/aarch64.S`; never called directly, only returned into.
+    fn greenweave_trampoline();
+}
+
+/// Bytes of the initial frame, including the 16 bytes of padding.
+pub(super) const INITIAL_FRAME_BYTES: usize = 176;
+
+/// # Safety
+/// `top` is 16-byte aligned and the 176 bytes below it are writable and unused.
+pub(super) unsafe fn init_stack(top: *mut u8, entry: EntryFn, arg: usize) -> *mut u8 {
+    let mut frame = [0usize; INITIAL_FRAME_BYTES / 8];
+    frame[0] = entry as *const () as usize; // x19: the function the trampoline calls
+    frame[1] = arg; // x20: its third argument
+    frame[10] = 0; // x29: a null frame pointer ends frame-record walks
+    frame[11] = greenweave_trampoline as *const () as usize; // x30: resume address
+    // SAFETY: the caller guarantees the 176 bytes below `top` are ours; `top` is 16-aligned.
+    unsafe {
+        let sp = top.sub(INITIAL_FRAME_BYTES);
+        sp.cast::<[usize; INITIAL_FRAME_BYTES / 8]>().write(frame);
+        sp
+    }
+}
+
+#[inline(always)]
+pub(super) fn current_stack_pointer() -> usize {
+    let sp: usize;
+    // SAFETY: copies sp into a register; no memory or flags are touched.
+    unsafe {
+        core::arch::asm!("mov {}, sp", out(reg) sp, options(nomem, nostack, preserves_flags))
+    };
+    sp
+}
+
+pub(super) fn valgrind_client_request(default: usize, args: &[usize; 6]) -> usize {
+    let result: usize;
+    // SAFETY: this is valgrind.h's arm64 client-request sequence. The rotations of x12 total
+    // 128 bits, so x12 ends as it began, and `orr x10, x10, x10` changes nothing: on hardware
+    // the block has no effect. Under Valgrind it reads `args` (alive for the whole block)
+    // through x4 and leaves the result in x3.
+    unsafe {
+        core::arch::asm!(
+            "ror x12, x12, #3", "ror x12, x12, #13", "ror x12, x12, #51", "ror x12, x12, #61",
+            "orr x10, x10, x10",
+            inout("x3") default => result,
+            in("x4") args.as_ptr(),
+            options(nostack, preserves_flags),
+        );
+    }
+    result
+}

@@ -1,0 +1,102 @@
+//! The one narrow interface to the architecture-specific context switch.
+//!
+//! Owns: the [`StackPointer`] of a suspended context, the [`switch`] primitive, and
+//! [`init_stack`], which lays out a fresh stack so that the first switch to it starts an entry
+//! function. Everything above this module (stacks, coroutines, the scheduler) is portable.
+//!
+//! May not: allocate, know about coroutines, or be selected by `cfg` anywhere else: this file
+//! is the only place that picks an architecture.
+
+use core::ptr::NonNull;
+
+cfg_if::cfg_if! {
+    if #[cfg(target_arch = "x86_64")] {
+        mod x86_64;
+        use x86_64 as imp;
+    } else if #[cfg(target_arch = "aarch64")] {
+        mod aarch64;
+        use aarch64 as imp;
+    } else {
+        compile_error!("greenweave supports x86_64 and aarch64 only");
+    }
+}
+
+/// Bytes that [`init_stack`] uses at the top of a fresh stack before the entry runs.
+pub(crate) const INITIAL_FRAME_BYTES: usize = imp::INITIAL_FRAME_BYTES;
+
+/// The saved stack pointer of a context that is not running.
+///
+/// It points at the register frame the switch routine pushed (or [`init_stack`] built); it is
+/// valid exactly until that context is switched to once.
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StackPointer(NonNull<u8>);
+
+/// What arrives with every switch: where the other side stopped, and the word it sent.
+#[repr(C)]
+#[derive(Debug)]
+pub(crate) struct Transfer {
+    /// The stack pointer of the context that just switched here; switching to it resumes it.
+    pub(crate) from: StackPointer,
+    /// The word passed to [`switch`] by that context.
+    pub(crate) data: usize,
+}
+
+/// The function a fresh stack starts in: `entry(from, data, arg)`.
+///
+/// `from` and `data` are the [`Transfer`] of the first switch; `arg` is the word given to
+/// [`init_stack`]. It runs on the new stack and must never return (it has no caller).
+pub(crate) type EntryFn = unsafe extern "C" fn(from: StackPointer, data: usize, arg: usize) -> !;
+
+unsafe extern "C" {
+    /// Defined in `asm/<arch>.S`.
+    #[link_name = "greenweave_switch"]
+    fn greenweave_switch(to: StackPointer, data: usize) -> Transfer;
+}
+
+/// Suspends the running context and resumes the one saved at `to`, sending it `data`.
+///
+/// Returns when some context switches back to this one, with that context's stack pointer and
+/// the word it sent.
+///
+/// # Safety
+/// `to` must be the stack pointer of a suspended context (from a [`Transfer`] or from
+/// [`init_stack`]) that has not been resumed since; it is consumed by this call. Whatever runs
+/// on the other side must eventually switch back here or never touch this stack again, and no
+/// unwinding may cross the switch (the assembly has no landing pads).
+#[inline(always)]
+pub(crate) unsafe fn switch(to: StackPointer, data: usize) -> Transfer {
+    // SAFETY: the caller guarantees `to` is a live suspended context; the routine saves every
+    // callee-saved register the ABI requires, so to the compiler this is an ordinary call.
+    unsafe { greenweave_switch(to, data) }
+}
+
+/// Lays out a fresh stack ending (exclusive) at `top` so that the first [`switch`] to the
+/// returned pointer calls `entry(from, data, arg)` on that stack.
+///
+/// # Safety
+/// `top` must be 16-byte aligned, and the `INITIAL_FRAME_BYTES` bytes below it must be
+/// writable memory that belongs to a stack nothing else is using.
+pub(crate) unsafe fn init_stack(top: NonNull<u8>, entry: EntryFn, arg: usize) -> StackPointer {
+    debug_assert_eq!(
+        top.as_ptr() as usize % 16,
+        0,
+        "stack top must be 16-byte aligned"
+    );
+    // SAFETY: forwarded from the caller.
+    let sp = unsafe { imp::init_stack(top.as_ptr(), entry, arg) };
+    // SAFETY: `sp` is below `top`, which is non-null, and the platform code never returns 0.
+    StackPointer(unsafe { NonNull::new_unchecked(sp) })
+}
+
+/// The current stack pointer, approximately (exact to within the caller's frame).
+#[inline(always)]
+pub(crate) fn current_stack_pointer() -> usize {
+    imp::current_stack_pointer()
+}
+
+/// Issues a Valgrind client request (`args[0]` is the request code); returns `default` when
+/// the program is not running under Valgrind. The instruction sequence is a no-op on hardware.
+pub(crate) fn valgrind_client_request(default: usize, args: &[usize; 6]) -> usize {
+    imp::valgrind_client_request(default, args)
+}

@@ -1,0 +1,38 @@
+//! Measurements of internals for the latency table and the criterion suite. Not a public API:
+//! hidden from the docs, and free to change.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use crate::arch::{self, StackPointer};
+use crate::stack::pool;
+
+/// Times `round_trips` bare switch round trips (there and back again) between this stack and a
+/// context whose only code is switching straight back.
+pub fn raw_switch_round_trips(round_trips: u64) -> Duration {
+    /// Sends every word straight back, forever.
+    unsafe extern "C" fn echo(mut from: StackPointer, mut data: usize, _arg: usize) -> ! {
+        loop {
+            // SAFETY: `from` is the measuring loop's context, waiting in its switch.
+            let transfer = unsafe { arch::switch(from, data) };
+            from = transfer.from;
+            data = transfer.data;
+        }
+    }
+
+    let stack = pool::take_default().expect("greenweave: could not map a stack for the benchmark");
+    // SAFETY: the stack's top is page-aligned and the stack is fresh or recycled, so unused.
+    let mut echo_context = unsafe { arch::init_stack(stack.top(), echo, 0) };
+    let start = Instant::now();
+    for i in 0..round_trips {
+        // SAFETY: `echo_context` is the echo loop's saved context, replaced by the new one
+        // on every trip.
+        let transfer = unsafe { arch::switch(echo_context, i as usize) };
+        echo_context = transfer.from;
+        black_box(transfer.data);
+    }
+    let elapsed = start.elapsed();
+    // The echo context is parked in its switch with nothing to drop on its stack.
+    pool::recycle(stack);
+    elapsed
+}

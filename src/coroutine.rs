@@ -1,0 +1,517 @@
+//! Asymmetric coroutines: [`Coroutine`], [`Yielder`] and [`CoroutineResult`].
+//!
+//! Owns: running a closure on its own [`Stack`], the protocol of words exchanged through
+//! [`arch::switch`](crate::arch), catching panics at the coroutine's root, and force-unwinding
+//! a suspended coroutine when it is dropped.
+//!
+//! May not: touch registers or stack layout (that is `arch`), map memory (that is `stack`), or
+//! keep per-thread state: a coroutine is driven entirely through the handle that owns it.
+//!
+//! # The protocol of a switch
+//!
+//! Every switch carries one word. From the resumer to the coroutine it is the address of the
+//! input value on the resumer's stack, or [`UNWIND_REQUEST`] (0) to make the coroutine unwind.
+//! From the coroutine to the resumer it is the address of a [`Message`] on the coroutine's
+//! stack: a `Yield` value, or, tagged with [`FINISHED_TAG`] in its low bit, the body's
+//! [`Finished`] outcome. The receiver moves the value out at once, while the sender is
+//! suspended and its stack frame is still intact; the sender never drops it.
+
+use core::cell::Cell;
+use core::fmt;
+use core::marker::PhantomData;
+use core::mem::{self, ManuallyDrop};
+use core::ptr::{self, NonNull};
+use std::any::Any;
+use std::io;
+use std::panic::{self, AssertUnwindSafe};
+
+use crate::arch::{self, StackPointer, Transfer};
+use crate::overflow;
+use crate::stack::{Stack, pool};
+
+/// The word sent to a coroutine to make it unwind instead of resuming.
+const UNWIND_REQUEST: usize = 0;
+
+/// Low bit set on a coroutine's last message: it carries [`Finished`], not a yielded value.
+const FINISHED_TAG: usize = 1;
+
+/// Room left below the body closure for the first frames, so that a closure that barely fits
+/// is refused with a message instead of overflowing before it runs.
+const MIN_RUN_SPACE: usize = 4096;
+
+/// What a coroutine produced when it gave control back: a yielded value or its return value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CoroutineResult<Yield, Return> {
+    /// The body called [`Yielder::suspend`] with this value; it can be resumed again.
+    Yield(Yield),
+    /// The body returned this value; the coroutine is finished.
+    Return(Return),
+}
+
+impl<Y, R> CoroutineResult<Y, R> {
+    /// The yielded value, if this is a `Yield`.
+    pub fn into_yield(self) -> Option<Y> {
+        match self {
+            CoroutineResult::Yield(value) => Some(value),
+            CoroutineResult::Return(_) => None,
+        }
+    }
+
+    /// The returned value, if this is a `Return`.
+    pub fn into_return(self) -> Option<R> {
+        match self {
+            CoroutineResult::Yield(_) => None,
+            CoroutineResult::Return(value) => Some(value),
+        }
+    }
+}
+
+/// How a coroutine's body ended; sent once, with [`FINISHED_TAG`].
+enum Finished<R> {
+    Returned(R),
+    Panicked(Box<dyn Any + Send>),
+    /// It unwound because its owner asked it to (drop or `into_stack`), or it was dropped
+    /// before it started and its closure was dropped unrun.
+    Unwound,
+}
+
+/// A value in transit through a switch. The alignment of at least 2 keeps the low bit of its
+/// address free for [`FINISHED_TAG`].
+#[repr(C, align(2))]
+struct Message<T>(ManuallyDrop<T>);
+
+/// The panic payload that unwinds a coroutine being dropped. It carries the address of the
+/// coroutine's [`Yielder`] so that the root recognises its own request and no other.
+struct ForcedUnwind(usize);
+
+/// What the trampoline hands the entry function: the body and the stack's lowest address.
+struct Launch<F> {
+    body: F,
+    stack_limit: usize,
+}
+
+/// A function running on its own stack that can suspend itself and be resumed.
+///
+/// `Input` is what each [`resume`](Coroutine::resume) sends in, `Yield` what each
+/// [`Yielder::suspend`] sends out, and `Return` what the body returns. The first `resume`
+/// starts the body with its input as the second argument; every later `resume` becomes the
+/// return value of the `suspend` the body is waiting in.
+///
+/// # Examples
+///
+/// ```
+/// use greenweave::{Coroutine, CoroutineResult};
+///
+/// // A running total: each resume sends a number in, each suspend sends the sum so far out.
+/// let mut sum = Coroutine::new(|yielder, mut n: i32| {
+///     let mut total = 0;
+///     while n != 0 {
+///         total += n;
+///         n = yielder.suspend(total);
+///     }
+///     "done"
+/// });
+/// assert_eq!(sum.resume(3), CoroutineResult::Yield(3));
+/// assert_eq!(sum.resume(4), CoroutineResult::Yield(7));
+/// assert_eq!(sum.resume(0), CoroutineResult::Return("done"));
+/// assert!(sum.is_done());
+/// ```
+///
+/// A panic in the body is caught at the coroutine's root and raised again from `resume`:
+///
+/// ```
+/// use greenweave::Coroutine;
+///
+/// let mut co = Coroutine::<(), (), ()>::new(|_, ()| panic!("boom"));
+/// let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| co.resume(())));
+/// assert!(caught.is_err());
+/// assert!(co.is_done());
+/// ```
+///
+/// Dropping a coroutine that is suspended unwinds its stack, so every destructor on it runs:
+///
+/// ```
+/// use greenweave::Coroutine;
+/// use std::rc::Rc;
+///
+/// let alive = Rc::new(());
+/// let held = alive.clone();
+/// let mut co = Coroutine::<(), (), ()>::new(move |yielder, ()| {
+///     let _held = held;
+///     yielder.suspend(());
+///     unreachable!("never resumed");
+/// });
+/// co.resume(());
+/// assert_eq!(Rc::strong_count(&alive), 2);
+/// drop(co);
+/// assert_eq!(Rc::strong_count(&alive), 1);
+/// ```
+///
+/// A coroutine belongs to the thread that made it; it cannot be sent to another:
+///
+/// ```compile_fail
+/// let co = greenweave::Coroutine::<(), (), ()>::new(|_, ()| ());
+/// std::thread::spawn(move || drop(co));
+/// ```
+pub struct Coroutine<Input, Yield, Return> {
+    /// `None` only after a body refused to unwind and its stack had to be leaked.
+    stack: Option<Stack>,
+    state: State,
+    /// Covariant in `Yield` and `Return`, contravariant in `Input`; `!Send` and `!Sync`,
+    /// because the body and whatever it holds live on this thread's stacks.
+    marker: PhantomData<(fn(Input) -> CoroutineResult<Yield, Return>, *mut ())>,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum State {
+    /// Built but not yet resumed; switching to it starts the body.
+    Unstarted(StackPointer),
+    /// Waiting in `suspend`.
+    Suspended(StackPointer),
+    /// The body returned, panicked or was unwound; the stack holds nothing live.
+    Finished,
+}
+
+impl<I, Y, R> Coroutine<I, Y, R> {
+    /// Creates a coroutine that will run `body` on a default-size stack
+    /// ([`Stack::DEFAULT_SIZE`]) from this thread's pool. Nothing runs until the first
+    /// [`resume`](Coroutine::resume).
+    ///
+    /// # Panics
+    /// If no stack can be mapped (see [`Stack::new`] for why); use [`Coroutine::try_new`] to
+    /// get that as an error instead.
+    pub fn new<F>(body: F) -> Self
+    where
+        F: FnOnce(&Yielder<I, Y>, I) -> R + 'static,
+    {
+        match Self::try_new(body) {
+            Ok(coroutine) => coroutine,
+            Err(error) => panic!("greenweave: could not create a coroutine: {error}"),
+        }
+    }
+
+    /// Like [`Coroutine::new`], but returns an error if no stack can be mapped.
+    ///
+    /// # Errors
+    /// Those of [`Stack::new`]: most often `OutOfMemory` when `vm.max_map_count` is reached.
+    pub fn try_new<F>(body: F) -> io::Result<Self>
+    where
+        F: FnOnce(&Yielder<I, Y>, I) -> R + 'static,
+    {
+        Ok(Self::with_stack(pool::take_default()?, body))
+    }
+
+    /// Creates a coroutine that will run `body` on `stack`. Get the stack back with
+    /// [`into_stack`](Coroutine::into_stack) to reuse it.
+    ///
+    /// # Panics
+    /// If `body` (the closure and what it captures) does not fit in `stack` with at least
+    /// 4 KiB to spare for running it.
+    pub fn with_stack<F>(stack: Stack, body: F) -> Self
+    where
+        F: FnOnce(&Yielder<I, Y>, I) -> R + 'static,
+    {
+        overflow::ensure_alt_stack();
+        let stack_limit = stack.limit();
+        let top = stack.top().as_ptr() as usize;
+        // The closure goes at the top of the stack, 16-byte aligned, and the trampoline's frame
+        // goes right below it.
+        let launch_at = top
+            .checked_sub(mem::size_of::<Launch<F>>())
+            .map(|at| at & !(mem::align_of::<Launch<F>>().max(16) - 1))
+            .filter(|&at| at >= stack_limit + arch::INITIAL_FRAME_BYTES + MIN_RUN_SPACE)
+            .unwrap_or_else(|| {
+                panic!(
+                    "greenweave: a coroutine body of {} bytes does not fit in a {}-byte stack; \
+                     box the captured data or use a larger Stack",
+                    mem::size_of::<F>(),
+                    stack.size()
+                )
+            });
+        let launch = launch_at as *mut Launch<F>;
+        // SAFETY: `launch_at..top` lies in the usable range of `stack` (checked above), is
+        // aligned for Launch<F>, and nothing else uses this fresh or recycled stack. The entry
+        // function moves the value out exactly once, or the drop path does.
+        unsafe { launch.write(Launch { body, stack_limit }) };
+        // SAFETY: `launch_at` is 16-byte aligned, non-null, and the INITIAL_FRAME_BYTES below
+        // it are unused stack memory (checked above).
+        let start = unsafe {
+            arch::init_stack(
+                NonNull::new_unchecked(launch_at as *mut u8),
+                coroutine_entry::<I, Y, R, F>,
+                launch_at,
+            )
+        };
+        Coroutine {
+            stack: Some(stack),
+            state: State::Unstarted(start),
+            marker: PhantomData,
+        }
+    }
+
+    /// Runs the coroutine until it suspends or returns, sending it `input`.
+    ///
+    /// The first call starts the body with `input` as its second argument; later calls make
+    /// `input` the return value of the [`Yielder::suspend`] it is waiting in.
+    ///
+    /// # Panics
+    /// If the coroutine has already finished (check [`is_done`](Coroutine::is_done)), and
+    /// with the body's own panic, re-raised here, if the body panics.
+    pub fn resume(&mut self, input: I) -> CoroutineResult<Y, R> {
+        let target = match self.state {
+            State::Unstarted(sp) | State::Suspended(sp) => sp,
+            State::Finished => panic!(
+                "greenweave: Coroutine::resume called on a coroutine that has already finished; \
+                 check is_done() before resuming"
+            ),
+        };
+        let input = ManuallyDrop::new(input);
+        // SAFETY: `target` is this coroutine's saved context, not resumed since it was saved
+        // (the state is replaced right after). The coroutine moves `input` out before it
+        // switches back, and this frame stays alive (and pinned) until then.
+        let transfer = unsafe { arch::switch(target, &input as *const ManuallyDrop<I> as usize) };
+        // SAFETY: the word came from our own coroutine, per the module's protocol.
+        match unsafe { self.receive(transfer) } {
+            Ok(result) => result,
+            Err(Finished::Panicked(payload)) => panic::resume_unwind(payload),
+            Err(Finished::Returned(_)) => unreachable!("receive maps Returned to Ok"),
+            Err(Finished::Unwound) => panic!(
+                "greenweave: a coroutine unwound itself with an unwind request that was not \
+                 meant for it (a ForcedUnwind payload was caught and re-raised elsewhere)"
+            ),
+        }
+    }
+
+    /// Takes what the coroutine sent with the switch that just returned, and records its state.
+    ///
+    /// Returns `Err` for the outcomes that are not a `CoroutineResult` (panic, unwound).
+    ///
+    /// # Safety
+    /// `transfer` must be the result of a switch to this coroutine.
+    unsafe fn receive(&mut self, transfer: Transfer) -> Result<CoroutineResult<Y, R>, Finished<R>> {
+        if transfer.data & FINISHED_TAG == 0 {
+            self.state = State::Suspended(transfer.from);
+            // SAFETY: an untagged word is the address of a Message<Y> on the suspended
+            // coroutine's stack, which it will never read or drop again.
+            return Ok(CoroutineResult::Yield(unsafe {
+                ptr::read(transfer.data as *const Y)
+            }));
+        }
+        self.state = State::Finished;
+        // SAFETY: a tagged word is the address of the Message<Finished<R>> in the coroutine's
+        // root frame; the coroutine never runs again, and its stack is still mapped.
+        match unsafe { ptr::read((transfer.data & !FINISHED_TAG) as *const Finished<R>) } {
+            Finished::Returned(value) => Ok(CoroutineResult::Return(value)),
+            other => Err(other),
+        }
+    }
+
+    /// Whether the body has been entered (by a first [`resume`](Coroutine::resume)).
+    pub fn is_started(&self) -> bool {
+        !matches!(self.state, State::Unstarted(_))
+    }
+
+    /// Whether the body has returned or panicked. A finished coroutine cannot be resumed.
+    pub fn is_done(&self) -> bool {
+        matches!(self.state, State::Finished)
+    }
+
+    /// Finishes the coroutine (unwinding it first if it is suspended, so its destructors run)
+    /// and returns its stack for reuse with [`Coroutine::with_stack`].
+    ///
+    /// # Panics
+    /// Re-raises a panic from a destructor run during the unwind.
+    pub fn into_stack(mut self) -> Stack {
+        let leftover = self.unwind();
+        let stack = self.stack.take();
+        if let Some(payload) = leftover {
+            drop(stack);
+            panic::resume_unwind(payload);
+        }
+        stack.expect("a coroutine that finished unwinding still owns its stack")
+    }
+
+    /// Brings the coroutine to `Finished`: unwinds it if suspended, drops its unrun body if
+    /// unstarted. Returns a panic payload that the caller should re-raise.
+    fn unwind(&mut self) -> Option<Box<dyn Any + Send>> {
+        let target = match self.state {
+            State::Unstarted(sp) | State::Suspended(sp) => sp,
+            State::Finished => return None,
+        };
+        // SAFETY: as in `resume`, with the unwind request instead of an input.
+        let transfer = unsafe { arch::switch(target, UNWIND_REQUEST) };
+        // SAFETY: the word came from our own coroutine.
+        match unsafe { self.receive(transfer) } {
+            Ok(CoroutineResult::Return(_)) | Err(Finished::Unwound) => None,
+            Err(Finished::Panicked(payload)) => Some(payload),
+            Err(Finished::Returned(_)) => unreachable!("receive maps Returned to Ok"),
+            Ok(CoroutineResult::Yield(_)) => {
+                // The body caught the unwind and suspended again. Its frames are live, so the
+                // stack cannot be reused or unmapped: leak it, and say why.
+                mem::forget(self.stack.take());
+                self.state = State::Finished;
+                Some(Box::new(
+                    "greenweave: a coroutine suspended while it was being dropped; its body \
+                     must not catch the unwind (catch_unwind around suspend) and keep going. \
+                     Its stack has been leaked.",
+                ))
+            }
+        }
+    }
+}
+
+impl<I, Y, R> Drop for Coroutine<I, Y, R> {
+    fn drop(&mut self) {
+        let leftover = self.unwind();
+        if let Some(stack) = self.stack.take() {
+            pool::recycle(stack);
+        }
+        if let Some(payload) = leftover
+            && !std::thread::panicking()
+        {
+            panic::resume_unwind(payload);
+        }
+    }
+}
+
+impl<I, Y, R> fmt::Debug for Coroutine<I, Y, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.state {
+            State::Unstarted(_) => "unstarted",
+            State::Suspended(_) => "suspended",
+            State::Finished => "finished",
+        };
+        f.debug_struct("Coroutine")
+            .field("state", &state)
+            .field("stack", &self.stack)
+            .finish()
+    }
+}
+
+/// A coroutine that takes no input and returns nothing is an iterator over what it yields.
+///
+/// ```
+/// use greenweave::Coroutine;
+///
+/// let squares = Coroutine::new(|yielder, ()| {
+///     for n in 1..=4u32 {
+///         yielder.suspend(n * n);
+///     }
+/// });
+/// assert_eq!(squares.collect::<Vec<_>>(), [1, 4, 9, 16]);
+/// ```
+impl<Y> Iterator for Coroutine<(), Y, ()> {
+    type Item = Y;
+
+    fn next(&mut self) -> Option<Y> {
+        if self.is_done() {
+            return None;
+        }
+        self.resume(()).into_yield()
+    }
+}
+
+/// The handle a coroutine's body uses to suspend itself.
+///
+/// It is passed by reference to the body and cannot outlive it. It is `!Sync`, so it cannot
+/// be shared with another thread; calling [`suspend`](Yielder::suspend) from any stack other
+/// than its own coroutine's panics.
+pub struct Yielder<Input, Yield> {
+    /// The context that resumed us last: where `suspend` goes back to.
+    resumer: Cell<StackPointer>,
+    /// Lowest usable address of this coroutine's stack; with the Yielder's own address (in the
+    /// root frame, near the top) it bounds the stack for the misuse check in `suspend`.
+    stack_limit: usize,
+    marker: PhantomData<fn(Yield) -> Input>,
+}
+
+impl<I, Y> Yielder<I, Y> {
+    /// Suspends the coroutine, handing `value` to the [`Coroutine::resume`] that is running
+    /// it; returns the input of the next `resume`.
+    ///
+    /// If the coroutine is dropped instead of resumed, `suspend` does not return: it unwinds
+    /// the body (a panic that the coroutine's root catches; the panic hook is not called), so
+    /// the destructors of everything on the stack run.
+    ///
+    /// # Panics
+    /// If called from outside this yielder's own coroutine (for instance from a nested
+    /// coroutine that was handed a reference to it).
+    pub fn suspend(&self, value: Y) -> I {
+        let here = arch::current_stack_pointer();
+        let root = self as *const Self as usize;
+        if here < self.stack_limit || here > root {
+            panic!("greenweave: Yielder::suspend called outside its own coroutine");
+        }
+        let message = Message(ManuallyDrop::new(value));
+        // SAFETY: `resumer` is the context that resumed us and is waiting in its switch (a
+        // coroutine runs only while its resumer is suspended). It moves `message` out before
+        // anything can resume us, and this frame stays alive until then.
+        let transfer =
+            unsafe { arch::switch(self.resumer.get(), &message as *const Message<Y> as usize) };
+        self.resumer.set(transfer.from);
+        if transfer.data == UNWIND_REQUEST {
+            panic::resume_unwind(Box::new(ForcedUnwind(root)));
+        }
+        // SAFETY: a non-zero word from the resumer is the address of its input, which it has
+        // given up (ManuallyDrop) and keeps alive until we switch back.
+        unsafe { ptr::read(transfer.data as *const I) }
+    }
+}
+
+impl<I, Y> fmt::Debug for Yielder<I, Y> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Yielder").finish_non_exhaustive()
+    }
+}
+
+/// The first Rust code on a new coroutine stack, called by the trampoline.
+///
+/// # Safety
+/// Called only by the trampoline, for a stack prepared by `Coroutine::with_stack` with the same
+/// type parameters: `launch` is the address of a `Launch<F>` that nothing else will read.
+unsafe extern "C" fn coroutine_entry<I, Y, R, F>(
+    from: StackPointer,
+    data: usize,
+    launch: usize,
+) -> !
+where
+    F: FnOnce(&Yielder<I, Y>, I) -> R,
+{
+    // SAFETY: per this function's contract, read exactly once.
+    let Launch { body, stack_limit } = unsafe { ptr::read(launch as *const Launch<F>) };
+    let yielder = Yielder {
+        resumer: Cell::new(from),
+        stack_limit,
+        marker: PhantomData,
+    };
+    let outcome: Finished<R> = if data == UNWIND_REQUEST {
+        // Dropped before it started: drop the closure without running it.
+        match panic::catch_unwind(AssertUnwindSafe(move || drop(body))) {
+            Ok(()) => Finished::Unwound,
+            Err(payload) => Finished::Panicked(payload),
+        }
+    } else {
+        // SAFETY: a non-zero first word is the address of the resumer's input (see `resume`).
+        let input = unsafe { ptr::read(data as *const I) };
+        match panic::catch_unwind(AssertUnwindSafe(|| body(&yielder, input))) {
+            Ok(value) => Finished::Returned(value),
+            Err(payload) => match payload.downcast_ref::<ForcedUnwind>() {
+                Some(request) if request.0 == &yielder as *const Yielder<I, Y> as usize => {
+                    Finished::Unwound
+                }
+                _ => Finished::Panicked(payload),
+            },
+        }
+    };
+    let message = Message(ManuallyDrop::new(outcome));
+    // SAFETY: the resumer is waiting in its switch; it reads `message` and never switches back
+    // to this context, so this frame and its stack stay untouched until they are reused.
+    unsafe {
+        arch::switch(
+            yielder.resumer.get(),
+            (&message as *const Message<Finished<R>> as usize) | FINISHED_TAG,
+        )
+    };
+    // Nothing ever resumes a finished coroutine; if something did, stop rather than run on.
+    std::process::abort()
+}

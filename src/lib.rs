@@ -1,0 +1,50 @@
+//! Stackful coroutines (green threads) for Rust, with hand-written context switches for
+//! x86_64 and aarch64.
+//!
+//! Each coroutine runs on its own mmap'd [`Stack`] with a guard page below it. Running off the
+//! end of a stack is reported, never silent: the process prints which thread overflowed and
+//! aborts, as std does for OS threads.
+//!
+//! # Generator-style coroutines
+//!
+//! ```
+//! use greenweave::{Coroutine, CoroutineResult};
+//!
+//! let mut counter = Coroutine::new(|yielder, start: u32| {
+//!     let mut n = start;
+//!     loop {
+//!         let step = yielder.suspend(n); // hands `n` to resume, waits for the next input
+//!         if step == 0 {
+//!             return n;
+//!         }
+//!         n += step;
+//!     }
+//! });
+//! assert_eq!(counter.resume(10), CoroutineResult::Yield(10));
+//! assert_eq!(counter.resume(5), CoroutineResult::Yield(15));
+//! assert_eq!(counter.resume(0), CoroutineResult::Return(15));
+//! ```
+//!
+//! # Layers
+//!
+//! `arch` (the assembly switch, one file per architecture) is used by `coroutine`, which runs
+//! closures on a `stack`; `overflow` turns a fault in a guard page into a report. See
+//! `ARCHITECTURE.md` in the repository for the data flow of a switch and where each invariant
+//! is kept.
+
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+
+#[cfg(not(target_os = "linux"))]
+compile_error!("greenweave supports Linux only");
+
+mod arch;
+mod coroutine;
+mod overflow;
+mod stack;
+
+#[doc(hidden)]
+pub mod bench_support;
+
+pub use coroutine::{Coroutine, CoroutineResult, Yielder};
+pub use stack::Stack;
