@@ -48,3 +48,8 @@ pub mod bench_support;
 
 pub use coroutine::{Coroutine, CoroutineResult, Yielder};
 pub use stack::Stack;
+
+/// The README's usage example, compiled and run as a doctest so it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
