@@ -34,7 +34,7 @@ use crate::overflow;
 ///
 /// let stack = Stack::new(64 * 1024)?;
 /// assert!(stack.size() >= 64 * 1024);
-/// let mut co = Coroutine::with_stack(stack, |_, n: u32| n * 2);
+/// let mut co = Coroutine::<u32, (), u32>::with_stack(stack, |_, n| n * 2);
 /// assert_eq!(co.resume(21), CoroutineResult::Return(42));
 /// let stack = co.into_stack(); // reuse it for the next coroutine
 /// # drop(stack);
