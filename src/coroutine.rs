@@ -159,8 +159,15 @@ pub struct Coroutine<Input, Yield, Return> {
     state: State,
     /// Covariant in `Yield` and `Return`, contravariant in `Input`; `!Send` and `!Sync`,
     /// because the body and whatever it holds live on this thread's stacks.
-    marker: PhantomData<(fn(Input) -> CoroutineResult<Yield, Return>, *mut ())>,
+    marker: PhantomData<(ResumeSignature<Input, Yield, Return>, NotSendOrSync)>,
 }
+
+/// The shape of `resume`, for variance: contravariant in what goes in, covariant in what
+/// comes out.
+type ResumeSignature<I, Y, R> = fn(I) -> CoroutineResult<Y, R>;
+
+/// A raw pointer: `!Send` and `!Sync`, which is what a coroutine is.
+type NotSendOrSync = *mut ();
 
 #[derive(Clone, Copy, Debug)]
 enum State {
