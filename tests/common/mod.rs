@@ -1,0 +1,133 @@
+//! Running a test's body in a child process, for behaviour that ends the process (aborts,
+//! fatal signals) and so cannot be observed from inside it.
+//!
+//! The parent re-executes this test binary with `--exact <test name>` and an environment
+//! variable naming the test; in the child, the same test function sees the variable and runs
+//! the crashing part instead of spawning again.
+//!
+//! When the tests run under qemu-user (`cargo test --target aarch64-unknown-linux-gnu` on an
+//! x86_64 host), `current_exe()` is the guest binary, which the host kernel cannot execute
+//! (qemu-user does not intercept `execve`): the child is then started through the emulator.
+
+use std::env;
+use std::fs;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, ExitStatus, Output};
+
+/// Set in the child to the name of the test it must run the crashing part of.
+const CHILD_ENV: &str = "GREENWEAVE_CRASH_CHILD";
+
+/// Printed by the child right before it runs the crashing part, so the parent can tell a
+/// crash from a child that never got there (a wrong test name, a failed exec).
+pub const CHILD_STARTED: &str = "greenweave-crash-child-started";
+
+/// How a child process ended.
+pub struct ChildOutcome {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl ChildOutcome {
+    /// The signal that killed the child, if one did.
+    pub fn signal(&self) -> Option<i32> {
+        self.status.signal()
+    }
+
+    /// Everything the child wrote, for assertion messages.
+    pub fn describe(&self) -> String {
+        format!(
+            "status: {:?}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.status, self.stdout, self.stderr
+        )
+    }
+}
+
+/// In the parent, runs `test_name` (which must be the name of the calling test) in a child
+/// process where `crash` runs, and returns how the child ended. In that child, runs `crash`;
+/// if `crash` returns, the child test fails.
+pub fn run_in_child(test_name: &str, crash: impl FnOnce()) -> ChildOutcome {
+    if env::var_os(CHILD_ENV).is_some_and(|name| name == test_name) {
+        println!("{CHILD_STARTED}");
+        eprintln!("{CHILD_STARTED}");
+        crash();
+        panic!("the crashing part of `{test_name}` returned instead of ending the process");
+    }
+    let exe = env::current_exe().expect("the test binary knows its own path");
+    let mut command = match emulator() {
+        Some(emulator) => {
+            let mut command = Command::new(&emulator[0]);
+            command.args(&emulator[1..]).arg(&exe);
+            command
+        }
+        None => Command::new(&exe),
+    };
+    command
+        .args(["--exact", test_name, "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, test_name);
+    // An abort must not leave a core file behind (qemu-user writes its own, `qemu_*.core`).
+    // SAFETY: the closure only calls setrlimit, which is async-signal-safe, between fork and
+    // exec.
+    unsafe {
+        command.pre_exec(|| {
+            let no_core = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &no_core);
+            Ok(())
+        });
+    }
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = command
+        .output()
+        .unwrap_or_else(|error| panic!("could not start the child for `{test_name}`: {error}"));
+    let outcome = ChildOutcome {
+        status,
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    };
+    assert!(
+        outcome.stdout.contains(CHILD_STARTED),
+        "the child never reached the crashing part of `{test_name}`\n{}",
+        outcome.describe()
+    );
+    outcome
+}
+
+/// The command line of the emulator that must run this binary, or `None` if the kernel can
+/// run it directly.
+fn emulator() -> Option<Vec<String>> {
+    // /proc/sys/kernel/arch comes from the real kernel even under qemu-user, which emulates
+    // uname(2) to report the guest architecture.
+    let kernel_arch = fs::read_to_string("/proc/sys/kernel/arch").ok()?;
+    let guest_arch = env::consts::ARCH;
+    if kernel_arch.trim() == guest_arch {
+        return None;
+    }
+    let runner_var = format!(
+        "CARGO_TARGET_{}_UNKNOWN_LINUX_GNU_RUNNER",
+        guest_arch.to_uppercase()
+    );
+    if let Ok(runner) = env::var(&runner_var) {
+        let words: Vec<String> = runner.split_whitespace().map(str::to_owned).collect();
+        if !words.is_empty() {
+            return Some(words);
+        }
+    }
+    // With qemu registered in binfmt_misc, the kernel starts the emulator by itself.
+    let binfmt = Path::new("/proc/sys/fs/binfmt_misc").join(format!("qemu-{guest_arch}"));
+    if fs::read_to_string(binfmt).is_ok_and(|entry| entry.starts_with("enabled")) {
+        return None;
+    }
+    // The runner that .cargo/config.toml configures.
+    Some(vec![
+        format!("qemu-{guest_arch}"),
+        "-L".to_owned(),
+        format!("/usr/{guest_arch}-linux-gnu"),
+    ])
+}

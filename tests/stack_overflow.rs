@@ -1,0 +1,212 @@
+//! What happens when code faults: overflowing a coroutine's stack is reported and aborts, and
+//! every other fault still gets the treatment it would get without greenweave.
+//!
+//! Each test runs its crashing part in a child process (see `common`).
+
+mod common;
+
+use std::hint::black_box;
+use std::ptr;
+use std::thread;
+
+use common::run_in_child;
+use greenweave::{Coroutine, Stack};
+
+/// Recurses until the stack runs out. The array, touched through `black_box`, gives each
+/// frame a real size and keeps the recursion from being turned into a loop.
+#[inline(never)]
+fn recurse_forever(depth: u64) -> u64 {
+    let mut frame = [0u8; 512];
+    frame[0] = depth as u8;
+    black_box(&mut frame);
+    if black_box(depth) == u64::MAX {
+        return 0;
+    }
+    recurse_forever(depth + 1).wrapping_add(u64::from(black_box(frame)[1]))
+}
+
+fn assert_green_thread_overflow_report(outcome: &common::ChildOutcome, thread: &str, kib: usize) {
+    assert_eq!(
+        outcome.signal(),
+        Some(libc::SIGABRT),
+        "the child should abort\n{}",
+        outcome.describe()
+    );
+    let expected = format!(
+        "green thread '<unnamed>' on thread '{thread}' has overflowed its stack ({kib} KiB)"
+    );
+    assert!(
+        outcome.stderr.contains(&expected),
+        "stderr should contain {expected:?}\n{}",
+        outcome.describe()
+    );
+}
+
+#[test]
+fn overflowing_a_coroutine_stack_reports_the_green_thread_and_its_os_thread_then_aborts() {
+    let outcome = run_in_child(
+        "overflowing_a_coroutine_stack_reports_the_green_thread_and_its_os_thread_then_aborts",
+        || {
+            thread::Builder::new()
+                .name("overflow-probe".to_owned())
+                .spawn(|| {
+                    let stack = Stack::new(64 * 1024).unwrap();
+                    let mut co =
+                        Coroutine::<(), (), u64>::with_stack(stack, |_, ()| recurse_forever(0));
+                    co.resume(());
+                })
+                .unwrap()
+                .join()
+                .unwrap();
+        },
+    );
+    assert_green_thread_overflow_report(&outcome, "overflow-probe", 64);
+}
+
+#[test]
+fn overflowing_a_default_size_coroutine_stack_reports_its_size() {
+    let outcome = run_in_child(
+        "overflowing_a_default_size_coroutine_stack_reports_its_size",
+        || {
+            thread::Builder::new()
+                .name("default-size".to_owned())
+                .spawn(|| {
+                    let mut co = Coroutine::<(), (), u64>::new(|_, ()| recurse_forever(0));
+                    co.resume(());
+                })
+                .unwrap()
+                .join()
+                .unwrap();
+        },
+    );
+    assert_green_thread_overflow_report(&outcome, "default-size", Stack::DEFAULT_SIZE / 1024);
+}
+
+#[test]
+fn overflowing_a_coroutine_nested_in_another_reports_the_overflow() {
+    let outcome = run_in_child(
+        "overflowing_a_coroutine_nested_in_another_reports_the_overflow",
+        || {
+            thread::Builder::new()
+                .name("nested".to_owned())
+                .spawn(|| {
+                    let mut outer = Coroutine::<(), (), ()>::new(|_, ()| {
+                        let stack = Stack::new(32 * 1024).unwrap();
+                        let mut inner =
+                            Coroutine::<(), (), u64>::with_stack(stack, |_, ()| recurse_forever(0));
+                        inner.resume(());
+                    });
+                    outer.resume(());
+                })
+                .unwrap()
+                .join()
+                .unwrap();
+        },
+    );
+    assert_green_thread_overflow_report(&outcome, "nested", 32);
+}
+
+#[test]
+fn a_null_pointer_write_still_dies_of_sigsegv_once_the_handler_is_installed() {
+    let outcome = run_in_child(
+        "a_null_pointer_write_still_dies_of_sigsegv_once_the_handler_is_installed",
+        || {
+            // Mapping a stack installs greenweave's fault handler.
+            let stack = Stack::new(16 * 1024).unwrap();
+            black_box(&stack);
+            let null = black_box(ptr::null_mut::<u64>());
+            // SAFETY: not safe at all: this is the fault under test.
+            unsafe { ptr::write_volatile(null, 1) };
+        },
+    );
+    assert_eq!(
+        outcome.signal(),
+        Some(libc::SIGSEGV),
+        "the child should die of SIGSEGV\n{}",
+        outcome.describe()
+    );
+    assert!(
+        !outcome.stderr.contains("overflowed"),
+        "a null-pointer write is not an overflow\n{}",
+        outcome.describe()
+    );
+}
+
+#[test]
+fn a_fault_inside_a_coroutine_outside_its_guard_page_still_dies_of_sigsegv() {
+    let outcome = run_in_child(
+        "a_fault_inside_a_coroutine_outside_its_guard_page_still_dies_of_sigsegv",
+        || {
+            let mut co = Coroutine::<(), (), ()>::new(|_, ()| {
+                // An inaccessible page of our own, just like a guard page but not registered.
+                // SAFETY: a fresh anonymous mapping; nothing else refers to it.
+                let page = unsafe {
+                    libc::mmap(
+                        ptr::null_mut(),
+                        4096,
+                        libc::PROT_NONE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                        -1,
+                        0,
+                    )
+                };
+                assert_ne!(page, libc::MAP_FAILED);
+                // SAFETY: not safe at all: this is the fault under test.
+                unsafe { ptr::write_volatile(black_box(page.cast::<u64>()), 1) };
+            });
+            co.resume(());
+        },
+    );
+    assert_eq!(
+        outcome.signal(),
+        Some(libc::SIGSEGV),
+        "the child should die of SIGSEGV\n{}",
+        outcome.describe()
+    );
+    assert!(
+        !outcome.stderr.contains("overflowed"),
+        "a fault in an unrelated page is not an overflow\n{}",
+        outcome.describe()
+    );
+}
+
+#[test]
+fn a_std_thread_overflow_is_still_reported_by_std_once_the_handler_is_installed() {
+    let outcome = run_in_child(
+        "a_std_thread_overflow_is_still_reported_by_std_once_the_handler_is_installed",
+        || {
+            let stack = Stack::new(16 * 1024).unwrap();
+            black_box(&stack);
+            thread::Builder::new()
+                .name("deep-recursion".to_owned())
+                .stack_size(128 * 1024)
+                .spawn(|| recurse_forever(0))
+                .unwrap()
+                .join()
+                .unwrap();
+        },
+    );
+    assert_eq!(
+        outcome.signal(),
+        Some(libc::SIGABRT),
+        "std aborts on a thread's overflow\n{}",
+        outcome.describe()
+    );
+    // std writes `thread '<name>' (<tid>) has overflowed its stack`; older versions leave
+    // out the thread id.
+    let report = outcome
+        .stderr
+        .lines()
+        .find(|line| line.contains("has overflowed its stack"))
+        .unwrap_or_else(|| panic!("std should report the overflow\n{}", outcome.describe()));
+    assert!(
+        report.starts_with("thread 'deep-recursion'"),
+        "std's report should name the thread\n{}",
+        outcome.describe()
+    );
+    assert!(
+        !outcome.stderr.contains("green thread"),
+        "a std thread is not a green thread\n{}",
+        outcome.describe()
+    );
+}
