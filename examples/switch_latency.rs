@@ -271,9 +271,13 @@ fn median(sorted: &[f64]) -> f64 {
     }
 }
 
-/// The command that reproduces this run, for the table's header.
+/// The command that reproduces this run (profile and arguments), for the table's header.
 fn command_line() -> String {
-    let mut command = String::from("cargo run --release --example switch_latency");
+    let mut command = String::from("cargo run");
+    if !cfg!(debug_assertions) {
+        command.push_str(" --release");
+    }
+    command.push_str(" --example switch_latency");
     let extra: Vec<String> = std::env::args().skip(1).collect();
     if !extra.is_empty() {
         command.push_str(" -- ");
