@@ -264,6 +264,7 @@ impl<I, Y, R> Coroutine<I, Y, R> {
     /// # Panics
     /// If the coroutine has already finished (check [`is_done`](Coroutine::is_done)), and
     /// with the body's own panic, re-raised here, if the body panics.
+    #[inline]
     pub fn resume(&mut self, input: I) -> CoroutineResult<Y, R> {
         let target = match self.state {
             State::Unstarted(sp) | State::Suspended(sp) => sp,
@@ -295,6 +296,7 @@ impl<I, Y, R> Coroutine<I, Y, R> {
     ///
     /// # Safety
     /// `transfer` must be the result of a switch to this coroutine.
+    #[inline]
     unsafe fn receive(&mut self, transfer: Transfer) -> Result<CoroutineResult<Y, R>, Finished<R>> {
         if transfer.data & FINISHED_TAG == 0 {
             self.state = State::Suspended(transfer.from);
@@ -443,6 +445,7 @@ impl<I, Y> Yielder<I, Y> {
     /// # Panics
     /// If called from outside this yielder's own coroutine (for instance from a nested
     /// coroutine that was handed a reference to it).
+    #[inline]
     pub fn suspend(&self, value: Y) -> I {
         let here = arch::current_stack_pointer();
         let root = self as *const Self as usize;
