@@ -5,7 +5,10 @@
 use greenweave::Coroutine;
 
 fn main() {
-    let count: usize = std::env::args().nth(1).and_then(|arg| arg.parse().ok()).unwrap_or(20);
+    let count: usize = std::env::args()
+        .nth(1)
+        .and_then(|arg| arg.parse().ok())
+        .unwrap_or(20);
 
     // The body runs on its own stack; each `suspend` hands one number to the consumer and
     // waits there until the next one is wanted.
@@ -13,7 +16,11 @@ fn main() {
         let (mut a, mut b) = (0u64, 1u64);
         loop {
             yielder.suspend(a);
-            (a, b) = (b, a.checked_add(b).expect("u64 overflow: ask for fewer numbers"));
+            (a, b) = (
+                b,
+                a.checked_add(b)
+                    .expect("u64 overflow: ask for fewer numbers"),
+            );
         }
     });
 
