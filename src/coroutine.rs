@@ -20,24 +20,18 @@ use core::cell::Cell;
 use core::fmt;
 use core::marker::PhantomData;
 use core::mem::{self, ManuallyDrop};
-use core::ptr::{self, NonNull};
+use core::ptr;
 use std::any::Any;
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
 
 use crate::arch::{self, StackPointer, Transfer};
+use crate::fiber::{self, Exit, FINISHED_TAG, Message};
 use crate::overflow;
 use crate::stack::{Stack, pool};
 
 /// The word sent to a coroutine to make it unwind instead of resuming.
 const UNWIND_REQUEST: usize = 0;
-
-/// Low bit set on a coroutine's last message: it carries [`Finished`], not a yielded value.
-const FINISHED_TAG: usize = 1;
-
-/// Room left below the body closure for the first frames, so that a closure that barely fits
-/// is refused with a message instead of overflowing before it runs.
-const MIN_RUN_SPACE: usize = 4096;
 
 /// What a coroutine produced when it gave control back: a yielded value or its return value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -75,20 +69,9 @@ enum Finished<R> {
     Unwound,
 }
 
-/// A value in transit through a switch. The alignment of at least 2 keeps the low bit of its
-/// address free for [`FINISHED_TAG`].
-#[repr(C, align(2))]
-struct Message<T>(ManuallyDrop<T>);
-
 /// The panic payload that unwinds a coroutine being dropped. It carries the address of the
 /// coroutine's [`Yielder`] so that the root recognises its own request and no other.
 struct ForcedUnwind(usize);
-
-/// What the trampoline hands the entry function: the body and the stack's lowest address.
-struct Launch<F> {
-    body: F,
-    stack_limit: usize,
-}
 
 /// A function running on its own stack that can suspend itself and be resumed.
 ///
@@ -220,34 +203,12 @@ impl<I, Y, R> Coroutine<I, Y, R> {
     {
         overflow::ensure_alt_stack();
         let stack_limit = stack.limit();
-        let top = stack.top().as_ptr() as usize;
-        // The closure goes at the top of the stack, 16-byte aligned, and the trampoline's frame
-        // goes right below it.
-        let launch_at = top
-            .checked_sub(mem::size_of::<Launch<F>>())
-            .map(|at| at & !(mem::align_of::<Launch<F>>().max(16) - 1))
-            .filter(|&at| at >= stack_limit + arch::INITIAL_FRAME_BYTES + MIN_RUN_SPACE)
-            .unwrap_or_else(|| {
-                panic!(
-                    "greenweave: a coroutine body of {} bytes does not fit in a {}-byte stack; \
-                     box the captured data or use a larger Stack",
-                    mem::size_of::<F>(),
-                    stack.size()
-                )
-            });
-        let launch = launch_at as *mut Launch<F>;
-        // SAFETY: `launch_at..top` lies in the usable range of `stack` (checked above), is
-        // aligned for Launch<F>, and nothing else uses this fresh or recycled stack. The entry
-        // function moves the value out exactly once, or the drop path does.
-        unsafe { launch.write(Launch { body, stack_limit }) };
-        // SAFETY: `launch_at` is 16-byte aligned, non-null, and the INITIAL_FRAME_BYTES below
-        // it are unused stack memory (checked above).
+        // SAFETY: the stack is fresh or recycled and owned by this coroutine from here on; it
+        // is started at most once, and its last message is taken by `receive`.
         let start = unsafe {
-            arch::init_stack(
-                NonNull::new_unchecked(launch_at as *mut u8),
-                coroutine_entry::<I, Y, R, F>,
-                launch_at,
-            )
+            fiber::launch(&stack, move |transfer| {
+                coroutine_body::<I, Y, R, F>(transfer, body, stack_limit)
+            })
         };
         Coroutine {
             stack: Some(stack),
@@ -303,13 +264,13 @@ impl<I, Y, R> Coroutine<I, Y, R> {
             // SAFETY: an untagged word is the address of a Message<Y> on the suspended
             // coroutine's stack, which it will never read or drop again.
             return Ok(CoroutineResult::Yield(unsafe {
-                ptr::read(transfer.data as *const Y)
+                Message::<Y>::take(transfer.data)
             }));
         }
         self.state = State::Finished;
         // SAFETY: a tagged word is the address of the Message<Finished<R>> in the coroutine's
         // root frame; the coroutine never runs again, and its stack is still mapped.
-        match unsafe { ptr::read((transfer.data & !FINISHED_TAG) as *const Finished<R>) } {
+        match unsafe { Message::<Finished<R>>::take(transfer.data) } {
             Finished::Returned(value) => Ok(CoroutineResult::Return(value)),
             other => Err(other),
         }
@@ -452,12 +413,11 @@ impl<I, Y> Yielder<I, Y> {
         if here < self.stack_limit || here > root {
             panic!("greenweave: Yielder::suspend called outside its own coroutine");
         }
-        let message = Message(ManuallyDrop::new(value));
+        let message = Message::new(value);
         // SAFETY: `resumer` is the context that resumed us and is waiting in its switch (a
         // coroutine runs only while its resumer is suspended). It moves `message` out before
         // anything can resume us, and this frame stays alive until then.
-        let transfer =
-            unsafe { arch::switch(self.resumer.get(), &message as *const Message<Y> as usize) };
+        let transfer = unsafe { arch::switch(self.resumer.get(), message.word()) };
         self.resumer.set(transfer.from);
         if transfer.data == UNWIND_REQUEST {
             panic::resume_unwind(Box::new(ForcedUnwind(root)));
@@ -474,27 +434,18 @@ impl<I, Y> fmt::Debug for Yielder<I, Y> {
     }
 }
 
-/// The first Rust code on a new coroutine stack, called by the trampoline.
-///
-/// # Safety
-/// Called only by the trampoline, for a stack prepared by `Coroutine::with_stack` with the same
-/// type parameters: `launch` is the address of a `Launch<F>` that nothing else will read.
-unsafe extern "C" fn coroutine_entry<I, Y, R, F>(
-    from: StackPointer,
-    data: usize,
-    launch: usize,
-) -> !
+/// What a coroutine's fiber runs: builds the [`Yielder`], runs the body (or drops it unrun),
+/// and returns how it ended, to be sent to the last resumer.
+fn coroutine_body<I, Y, R, F>(transfer: Transfer, body: F, stack_limit: usize) -> Exit<Finished<R>>
 where
     F: FnOnce(&Yielder<I, Y>, I) -> R,
 {
-    // SAFETY: per this function's contract, read exactly once.
-    let Launch { body, stack_limit } = unsafe { ptr::read(launch as *const Launch<F>) };
     let yielder = Yielder {
-        resumer: Cell::new(from),
+        resumer: Cell::new(transfer.from),
         stack_limit,
         marker: PhantomData,
     };
-    let outcome: Finished<R> = if data == UNWIND_REQUEST {
+    let outcome = if transfer.data == UNWIND_REQUEST {
         // Dropped before it started: drop the closure without running it.
         match panic::catch_unwind(AssertUnwindSafe(move || drop(body))) {
             Ok(()) => Finished::Unwound,
@@ -502,7 +453,7 @@ where
         }
     } else {
         // SAFETY: a non-zero first word is the address of the resumer's input (see `resume`).
-        let input = unsafe { ptr::read(data as *const I) };
+        let input = unsafe { ptr::read(transfer.data as *const I) };
         match panic::catch_unwind(AssertUnwindSafe(|| body(&yielder, input))) {
             Ok(value) => Finished::Returned(value),
             Err(payload) => match payload.downcast_ref::<ForcedUnwind>() {
@@ -513,15 +464,8 @@ where
             },
         }
     };
-    let message = Message(ManuallyDrop::new(outcome));
-    // SAFETY: the resumer is waiting in its switch; it reads `message` and never switches back
-    // to this context, so this frame and its stack stay untouched until they are reused.
-    unsafe {
-        arch::switch(
-            yielder.resumer.get(),
-            (&message as *const Message<Finished<R>> as usize) | FINISHED_TAG,
-        )
-    };
-    // Nothing ever resumes a finished coroutine; if something did, stop rather than run on.
-    std::process::abort()
+    Exit {
+        to: yielder.resumer.get(),
+        message: outcome,
+    }
 }

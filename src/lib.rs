@@ -40,6 +40,7 @@ compile_error!("greenweave supports Linux only");
 
 mod arch;
 mod coroutine;
+mod fiber;
 mod overflow;
 mod stack;
 

@@ -1,0 +1,139 @@
+//! The fiber layer: a closure launched on its own [`Stack`], under every public API.
+//!
+//! Owns: placing a body on a fresh stack, the root frame that calls it, and the rule for the
+//! last word a fiber sends. [`Coroutine`](crate::Coroutine) (asymmetric) and
+//! [`Greenlet`](crate::greenlet::Greenlet) (symmetric) are both built on [`launch`]; they differ
+//! only in what their bodies do around the user's closure and where they switch.
+//!
+//! May not: decide where a fiber switches to or what its words mean (that is the layer above),
+//! or let a panic reach the assembly: the root aborts if the body it was given unwinds, so
+//! layers above must catch the user's panics themselves.
+//!
+//! # The last word
+//! A body returns an [`Exit`]: where to switch and a message. The root keeps the message in
+//! its own frame (which stays intact, because a finished fiber is never resumed) and sends its
+//! address with [`FINISHED_TAG`] set. [`Message`] keeps the low bit of every message address
+//! free for that tag.
+
+use core::mem::{self, ManuallyDrop};
+use core::ptr::{self, NonNull};
+use std::panic::{self, AssertUnwindSafe};
+
+use crate::arch::{self, StackPointer, Transfer};
+use crate::stack::Stack;
+
+/// Low bit set on the last word a fiber sends: the message of its [`Exit`].
+pub(crate) const FINISHED_TAG: usize = 1;
+
+/// Room left below the body for its first frames, so that a body that barely fits is refused
+/// with a message instead of overflowing before it runs.
+const MIN_RUN_SPACE: usize = 4096;
+
+/// A value in transit through a switch, owned by the sender's frame and moved out by the
+/// receiver. The alignment of at least 2 keeps the low bit of its address free for
+/// [`FINISHED_TAG`].
+#[repr(C, align(2))]
+pub(crate) struct Message<T>(ManuallyDrop<T>);
+
+impl<T> Message<T> {
+    pub(crate) fn new(value: T) -> Self {
+        Message(ManuallyDrop::new(value))
+    }
+
+    /// The word to send: this message's address.
+    pub(crate) fn word(&self) -> usize {
+        self as *const Self as usize
+    }
+
+    /// Moves the value out of the message whose address `word` is (tag bit ignored).
+    ///
+    /// # Safety
+    /// `word` must come from [`Message::word`] of a `Message<T>` (possibly tagged) whose sender
+    /// is suspended or finished and will never read or drop it, and it must be taken once.
+    pub(crate) unsafe fn take(word: usize) -> T {
+        // SAFETY: per the contract, the address is a live Message<T> nobody else will use;
+        // Message<T> starts with the (transparent) ManuallyDrop<T>.
+        unsafe { ptr::read((word & !FINISHED_TAG) as *const T) }
+    }
+}
+
+/// Where a finished body switches to, and what it sends there.
+pub(crate) struct Exit<M> {
+    pub(crate) to: StackPointer,
+    pub(crate) message: M,
+}
+
+/// Prepares `stack` so that the first switch to the returned pointer calls `body` with that
+/// switch's [`Transfer`]. When `body` returns an [`Exit`], the fiber switches to `exit.to`
+/// with the address of `exit.message` tagged with [`FINISHED_TAG`], and never runs again.
+///
+/// # Panics
+/// If `body` does not fit in `stack` with 4 KiB to spare.
+///
+/// # Safety
+/// Nothing else may be running on `stack` or use it until the fiber has finished (or is never
+/// started, in which case `body` is leaked unless the caller starts it once). The receiver of
+/// the last message must take it ([`Message::take`]) before the stack is reused or unmapped.
+pub(crate) unsafe fn launch<F, M>(stack: &Stack, body: F) -> StackPointer
+where
+    F: FnOnce(Transfer) -> Exit<M>,
+{
+    let top = stack.top().as_ptr() as usize;
+    let bottom = stack.limit();
+    // The body goes at the top of the stack, 16-byte aligned; the trampoline's frame below it.
+    let body_at = top
+        .checked_sub(mem::size_of::<F>())
+        .map(|at| at & !(mem::align_of::<F>().max(16) - 1))
+        .filter(|&at| at >= bottom + arch::INITIAL_FRAME_BYTES + MIN_RUN_SPACE)
+        .unwrap_or_else(|| {
+            panic!(
+                "greenweave: a body of {} bytes does not fit in a {}-byte stack; box the \
+                 captured data or use a larger Stack",
+                mem::size_of::<F>(),
+                stack.size()
+            )
+        });
+    // SAFETY: `body_at..top` lies in the usable range of `stack` (checked above) and is
+    // aligned for F; the caller guarantees nothing else uses the stack. `root` moves the body
+    // out exactly once.
+    unsafe { (body_at as *mut F).write(body) };
+    // SAFETY: `body_at` is 16-byte aligned, non-null, and the INITIAL_FRAME_BYTES below it are
+    // unused stack memory (checked above).
+    unsafe {
+        arch::init_stack(
+            NonNull::new_unchecked(body_at as *mut u8),
+            root::<F, M>,
+            body_at,
+        )
+    }
+}
+
+/// The first Rust frame on every fiber stack, called by the trampoline.
+///
+/// # Safety
+/// Called only by the trampoline, for a stack prepared by [`launch`] with the same `F` and `M`:
+/// `body_at` is the address of an `F` that nothing else will read.
+unsafe extern "C" fn root<F, M>(from: StackPointer, data: usize, body_at: usize) -> !
+where
+    F: FnOnce(Transfer) -> Exit<M>,
+{
+    // SAFETY: per this function's contract, read exactly once.
+    let body = unsafe { ptr::read(body_at as *const F) };
+    let exit = match panic::catch_unwind(AssertUnwindSafe(|| body(Transfer { from, data }))) {
+        Ok(exit) => exit,
+        Err(_) => fatal(
+            "a fiber body unwound to its root (greenweave bug: the layer above must catch panics)",
+        ),
+    };
+    let message = Message::new(exit.message);
+    // SAFETY: `exit.to` is a suspended context chosen by the layer above; it takes `message`
+    // before this stack is reused, and never switches back here.
+    unsafe { arch::switch(exit.to, message.word() | FINISHED_TAG) };
+    fatal("a finished fiber was resumed")
+}
+
+/// Reports a broken internal invariant and aborts; unwinding is not possible at a fiber root.
+fn fatal(what: &str) -> ! {
+    eprintln!("fatal runtime error: greenweave: {what}; aborting");
+    std::process::abort()
+}
