@@ -33,6 +33,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use greenweave::bench_support::raw_switch_round_trips;
+use greenweave::greenlet::{self, Greenlet};
 use greenweave::{Coroutine, CoroutineResult};
 
 /// One line of the table.
@@ -66,6 +67,11 @@ const ROWS: &[Row] = &[
         name: "coroutine create+run+drop (pooled stack)",
         iterations: 1_000_000,
         run: coroutine_lifecycles,
+    },
+    Row {
+        name: "greenlet switch round trip (main <-> greenlet)",
+        iterations: 2_000_000,
+        run: greenlet_round_trips,
     },
     Row {
         name: "OS thread round trip (mpsc, 2 threads)",
@@ -132,6 +138,29 @@ fn coroutine_lifecycles(iterations: u64) -> Duration {
         drop(coroutine);
     }
     start.elapsed()
+}
+
+/// `switch` from the main greenlet into a greenlet that switches every value straight back
+/// to main: two greenlet switches per iteration.
+fn greenlet_round_trips(iterations: u64) -> Duration {
+    let echo = Greenlet::new(|mut value: Option<u64>| {
+        let main = greenlet::current::<Option<u64>>()
+            .parent()
+            .expect("created by main");
+        loop {
+            value = main.switch(value);
+        }
+    });
+    // Start it, so that every timed switch is a switch into a suspended greenlet.
+    black_box(echo.switch(Some(0)));
+    let start = Instant::now();
+    for i in 0..iterations {
+        black_box(echo.switch(black_box(Some(i))));
+    }
+    let elapsed = start.elapsed();
+    // Dropping the last handle to the suspended greenlet unwinds it; not part of the timing.
+    drop(echo);
+    elapsed
 }
 
 /// Ping-pong one word between this thread and an echo thread over a pair of `mpsc` channels:

@@ -41,6 +41,7 @@ compile_error!("greenweave supports Linux only");
 mod arch;
 mod coroutine;
 mod fiber;
+pub mod greenlet;
 mod overflow;
 mod stack;
 

@@ -1,0 +1,751 @@
+//! Greenlets: symmetric coroutines with Python `greenlet`'s semantics, typed.
+//!
+//! Every OS thread has an implicit **main greenlet** (the thread's own stack); [`current`]
+//! returns a handle to whichever greenlet is running. [`Greenlet::new`] makes a greenlet whose
+//! **parent** is the current one. [`Greenlet::switch`] moves control to any greenlet, carrying
+//! a value:
+//!
+//! - the first switch into a greenlet starts its `run` with the value;
+//! - a later switch makes the value the return of the `switch` the greenlet is suspended in;
+//! - switching to yourself returns the value at once;
+//! - when `run` returns, its value goes to the **parent** (as the return of the parent's
+//!   pending `switch`, or as the argument that starts an unstarted parent); switching to a
+//!   dead greenlet goes to its nearest live ancestor;
+//! - a panic that escapes `run` is raised again in the parent at its switch point;
+//! - [`Greenlet::throw`] raises [`GreenletExit`] inside a greenlet at its switch point; if
+//!   uncaught, the greenlet dies and its parent receives `T::from_greenlet_exit(GreenletExit)` as a normal
+//!   value. Throwing into an unstarted greenlet kills it without running it;
+//! - dropping the last handle to a suspended greenlet kills it the same way (with the dropper
+//!   as its parent), so every destructor on its stack runs.
+//!
+//! # The type rule
+//!
+//! Greenlets that switch to one another exchange one message type `T`: `Greenlet<T>`'s `run`
+//! takes a `T` and returns a `T`, and `switch` sends a `T` and returns the `T` that the next
+//! switch back brings. `T` must be able to say "the greenlet exited", which is what a parent
+//! receives from a child killed by [`GreenletExit`]: hence the bound `T: FromGreenletExit`,
+//! implemented here for `()`, `Option<U>` (as `None`) and `Result<U, GreenletExit>` (as `Err`),
+//! and by users for their own message enums.
+//!
+//! A greenlet can hold handles of another message type, but the value that arrives at a
+//! switch must be of the type that switch expects; this is checked at run time, and a
+//! mismatch panics in the sender before it switches.
+//!
+//! ```
+//! use greenweave::greenlet::{self, Greenlet};
+//!
+//! // Values go both ways: the child receives 1, sends 2 back to main, receives 3, returns 4.
+//! let child = Greenlet::new(|first: Option<u32>| {
+//!     assert_eq!(first, Some(1));
+//!     let main = greenlet::current::<Option<u32>>().parent().unwrap();
+//!     let third = main.switch(Some(2));
+//!     assert_eq!(third, Some(3));
+//!     Some(4) // returning goes to the parent: main
+//! });
+//! assert_eq!(child.switch(Some(1)), Some(2));
+//! assert_eq!(child.switch(Some(3)), Some(4));
+//! assert!(child.is_dead());
+//! ```
+//!
+//! Greenlets belong to their OS thread; a handle cannot be sent to another:
+//!
+//! ```compile_fail
+//! let g = greenweave::greenlet::Greenlet::new(|x: ()| x);
+//! std::thread::spawn(move || drop(g));
+//! ```
+//!
+//! # Tracing
+//!
+//! [`set_trace`] installs a per-thread hook called before every switch and throw with the
+//! origin and target ids, as `greenlet.settrace` does. With no hook it costs one branch.
+
+use core::cell::{Cell, RefCell};
+use core::fmt;
+use core::marker::PhantomData;
+use core::ptr;
+use std::any::{Any, TypeId, type_name};
+use std::io;
+use std::panic::{self, AssertUnwindSafe};
+use std::rc::Rc;
+
+use crate::arch::{self, StackPointer, Transfer};
+use crate::fiber::{self, Exit, Message};
+use crate::overflow;
+use crate::stack::{Stack, pool};
+
+/// The payload of [`Greenlet::throw`]: the request that a greenlet finish.
+///
+/// A greenlet that dies of an uncaught `GreenletExit` is not an error: its parent receives
+/// `T::from_greenlet_exit(GreenletExit)` from its pending switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct GreenletExit;
+
+/// A message type that can say "the greenlet exited": what a parent receives from a child
+/// that died of an uncaught [`GreenletExit`]. Implement it for your own message type (an enum
+/// with an `Exited` variant, say) to use it with greenlets.
+pub trait FromGreenletExit {
+    /// The value that stands for a child killed by `exit`.
+    fn from_greenlet_exit(exit: GreenletExit) -> Self;
+}
+
+impl FromGreenletExit for () {
+    fn from_greenlet_exit(_: GreenletExit) {}
+}
+
+impl<U> FromGreenletExit for Option<U> {
+    fn from_greenlet_exit(_: GreenletExit) -> Self {
+        None
+    }
+}
+
+impl<U> FromGreenletExit for Result<U, GreenletExit> {
+    fn from_greenlet_exit(exit: GreenletExit) -> Self {
+        Err(exit)
+    }
+}
+
+/// A greenlet's identity, stable for its life and unique on its thread; the main greenlet's
+/// is 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GreenletId(u64);
+
+/// What a trace hook is told about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Event {
+    /// Control moves from `origin` to `target` with a value (including a finished greenlet
+    /// handing its result to its parent).
+    Switch,
+    /// Control moves from `origin` to `target` to raise a panic there ([`Greenlet::throw`],
+    /// or a kill on drop).
+    Throw,
+}
+
+/// A trace hook: `hook(event, origin, target)`, called before the switch happens.
+pub type TraceHook = fn(Event, GreenletId, GreenletId);
+
+/// Installs `hook` as this thread's trace hook (or removes it, with `None`); returns the one it
+/// replaces.
+///
+/// ```
+/// use greenweave::greenlet::{self, Event, Greenlet, GreenletId};
+/// use std::cell::RefCell;
+///
+/// thread_local!(static SEEN: RefCell<Vec<(Event, GreenletId, GreenletId)>> = RefCell::new(Vec::new()));
+/// fn record(event: Event, origin: GreenletId, target: GreenletId) {
+///     SEEN.with(|seen| seen.borrow_mut().push((event, origin, target)));
+/// }
+///
+/// let g = Greenlet::new(|x: ()| x);
+/// greenlet::set_trace(Some(record));
+/// g.switch(());
+/// greenlet::set_trace(None);
+/// let main = greenlet::current::<()>().id();
+/// let seen = SEEN.with(|seen| seen.take());
+/// assert_eq!(seen, [(Event::Switch, main, g.id()), (Event::Switch, g.id(), main)]);
+/// ```
+pub fn set_trace(hook: Option<TraceHook>) -> Option<TraceHook> {
+    TRACE.with(|trace| trace.replace(hook))
+}
+
+/// A handle to the greenlet running now on this thread (the main greenlet if no other is).
+///
+/// `T` is the message type this handle switches with; see the module docs for the type rule.
+pub fn current<T>() -> Greenlet<T> {
+    Greenlet {
+        record: current_record(),
+        marker: PhantomData,
+    }
+}
+
+/// A handle to a greenlet. Cloning it makes another handle to the same greenlet; dropping the
+/// last handle to a suspended greenlet kills it (its destructors run).
+pub struct Greenlet<T> {
+    record: Rc<Record>,
+    /// `T` goes in and comes out; `!Send`/`!Sync` come from the `Rc`.
+    marker: PhantomData<fn(T) -> T>,
+}
+
+impl<T: FromGreenletExit + 'static> Greenlet<T> {
+    /// A greenlet that will run `run` when first switched to; its parent is the current
+    /// greenlet. It runs on a default-size stack from this thread's pool.
+    ///
+    /// # Panics
+    /// If no stack can be mapped; [`Greenlet::try_new`] returns that as an error instead.
+    pub fn new<F>(run: F) -> Self
+    where
+        F: FnOnce(T) -> T + 'static,
+    {
+        Self::try_new(run)
+            .unwrap_or_else(|error| panic!("greenweave: could not create a greenlet: {error}"))
+    }
+
+    /// Like [`Greenlet::new`], but returns an error if no stack can be mapped.
+    ///
+    /// # Errors
+    /// Those of [`Stack::new`](crate::Stack::new).
+    pub fn try_new<F>(run: F) -> io::Result<Self>
+    where
+        F: FnOnce(T) -> T + 'static,
+    {
+        Ok(Self::with_parent_and_stack(
+            &current_record(),
+            pool::take_default()?,
+            run,
+        ))
+    }
+
+    /// A greenlet that will run `run`, whose parent is `parent` instead of the current one.
+    pub fn with_parent<F>(parent: &Greenlet<T>, run: F) -> Self
+    where
+        F: FnOnce(T) -> T + 'static,
+    {
+        let stack = pool::take_default()
+            .unwrap_or_else(|error| panic!("greenweave: could not create a greenlet: {error}"));
+        Self::with_parent_and_stack(&parent.record, stack, run)
+    }
+
+    fn with_parent_and_stack<F>(parent: &Rc<Record>, stack: Stack, run: F) -> Self
+    where
+        F: FnOnce(T) -> T + 'static,
+    {
+        overflow::ensure_alt_stack();
+        // SAFETY: the stack is fresh or recycled and owned by this record from here on; the
+        // record is started at most once and its last message is taken by `arrive`.
+        let start =
+            unsafe { fiber::launch(&stack, move |transfer| greenlet_body::<T, F>(transfer, run)) };
+        let record = Rc::new(Record {
+            id: next_id(),
+            state: Cell::new(State::Unstarted(start)),
+            parent: RefCell::new(Some(parent.clone())),
+            expects: Cell::new(Expected::of::<T>()),
+            stack: Cell::new(Some(stack)),
+            kill: kill::<T>,
+        });
+        Greenlet {
+            record,
+            marker: PhantomData,
+        }
+    }
+
+    /// Switches to this greenlet, sending `value`; returns the value that the next switch back
+    /// to the current greenlet brings.
+    ///
+    /// If this greenlet has not started, `value` starts its `run`; if it is suspended, `value`
+    /// becomes the return of its pending `switch`; if it is dead, the switch goes to its
+    /// nearest live ancestor; if it is the current greenlet, `value` is returned at once.
+    ///
+    /// # Panics
+    /// Re-raises a panic delivered to this switch point: a child's panic that escaped its
+    /// `run`, or a [`throw`](Greenlet::throw) aimed at the current greenlet. Also panics if the
+    /// target is suspended in a switch that expects another message type.
+    #[inline]
+    pub fn switch(&self, value: T) -> T {
+        transfer(&self.record, Payload::Value(value), Event::Switch)
+    }
+
+    /// Raises [`GreenletExit`] in this greenlet at its switch point (see
+    /// [`throw_with`](Greenlet::throw_with)).
+    pub fn throw(&self) -> T {
+        self.throw_with(Box::new(GreenletExit))
+    }
+
+    /// Switches to this greenlet and makes its pending `switch` panic with `payload`; returns
+    /// the value that the next switch back to the current greenlet brings.
+    ///
+    /// If the greenlet does not catch the panic it dies, and the panic goes on to its parent
+    /// (a `GreenletExit` payload arrives there as `T::from_greenlet_exit(GreenletExit)`, not as a panic).
+    /// An unstarted greenlet dies without running; a dead one passes the panic to its nearest
+    /// live ancestor, and if that is the current greenlet the panic is raised right here.
+    pub fn throw_with(&self, payload: Box<dyn Any + Send>) -> T {
+        transfer(&self.record, Payload::Panic(payload), Event::Throw)
+    }
+}
+
+impl<T> Greenlet<T> {
+    /// The parent: where this greenlet's result (or escaped panic) goes when `run` ends.
+    /// `None` only for a main greenlet.
+    pub fn parent(&self) -> Option<Greenlet<T>> {
+        let parent = self.record.parent.borrow().clone()?;
+        Some(Greenlet {
+            record: parent,
+            marker: PhantomData,
+        })
+    }
+
+    /// Makes `parent` this greenlet's parent.
+    ///
+    /// # Errors
+    /// [`io::ErrorKind::InvalidInput`] if that would make a cycle (`parent` is this greenlet
+    /// or one of its descendants), or if this is a main greenlet, which has no parent.
+    pub fn set_parent(&self, parent: &Greenlet<T>) -> io::Result<()> {
+        if self.record.is_main() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the main greenlet cannot have a parent",
+            ));
+        }
+        let mut ancestor = Some(parent.record.clone());
+        while let Some(record) = ancestor {
+            if Rc::ptr_eq(&record, &self.record) {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "cannot make greenlet {} the parent of greenlet {}: it is a descendant of it (or it \
+                         itself), and a parent chain must not form a cycle",
+                        parent.record.id.0, self.record.id.0
+                    ),
+                ));
+            }
+            ancestor = record.parent.borrow().clone();
+        }
+        let previous = self.record.parent.replace(Some(parent.record.clone()));
+        release(previous);
+        Ok(())
+    }
+
+    /// This greenlet's id.
+    pub fn id(&self) -> GreenletId {
+        self.record.id
+    }
+
+    /// Whether `run` has been entered (always true for a main greenlet).
+    pub fn is_started(&self) -> bool {
+        !matches!(self.record.state.get(), State::Unstarted(_))
+    }
+
+    /// Whether `run` has ended (returned, panicked or been killed). A main greenlet never dies.
+    pub fn is_dead(&self) -> bool {
+        matches!(self.record.state.get(), State::Dead)
+    }
+
+    /// Started and not dead.
+    pub fn is_active(&self) -> bool {
+        self.is_started() && !self.is_dead()
+    }
+
+    /// Whether this is the main greenlet of its thread.
+    pub fn is_main(&self) -> bool {
+        self.record.is_main()
+    }
+}
+
+impl<T> Clone for Greenlet<T> {
+    fn clone(&self) -> Self {
+        Greenlet {
+            record: self.record.clone(),
+            marker: PhantomData,
+        }
+    }
+}
+
+impl<T> PartialEq for Greenlet<T> {
+    fn eq(&self, other: &Self) -> bool {
+        Rc::ptr_eq(&self.record, &other.record)
+    }
+}
+
+impl<T> Eq for Greenlet<T> {}
+
+impl<T> fmt::Debug for Greenlet<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.record.state.get() {
+            State::Unstarted(_) => "unstarted",
+            State::Running => "running",
+            State::Suspended(_) => "suspended",
+            State::Dead => "dead",
+        };
+        f.debug_struct("Greenlet")
+            .field("id", &self.record.id.0)
+            .field("state", &state)
+            .finish()
+    }
+}
+
+impl<T> Drop for Greenlet<T> {
+    fn drop(&mut self) {
+        kill_if_last(&self.record);
+    }
+}
+
+/// The type-erased state of one greenlet, shared by its handles, its children (as parent),
+/// the thread's `CURRENT` while it runs, and deliveries in flight.
+struct Record {
+    id: GreenletId,
+    state: Cell<State>,
+    /// `None` only for the main greenlet.
+    parent: RefCell<Option<Rc<Record>>>,
+    /// The message type its pending switch (or its unstarted `run`) takes.
+    expects: Cell<Expected>,
+    /// `None` for the main greenlet, and once a dead greenlet's stack is recycled.
+    stack: Cell<Option<Stack>>,
+    /// Kills this greenlet (a throw of GreenletExit, typed for its `run`); a no-op for main.
+    kill: fn(&Rc<Record>),
+}
+
+impl Record {
+    fn is_main(&self) -> bool {
+        self.id.0 == 0
+    }
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        if let Some(stack) = self.stack.take() {
+            match self.state.get() {
+                // Never started: only the unrun closure is on it, and it is leaked with it.
+                // Suspended: frames are live (a kill was refused), so the memory must stay.
+                State::Unstarted(_) | State::Suspended(_) => core::mem::forget(stack),
+                State::Running | State::Dead => pool::recycle(stack),
+            }
+        }
+        release(self.parent.take());
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum State {
+    Unstarted(StackPointer),
+    Running,
+    Suspended(StackPointer),
+    Dead,
+}
+
+/// A message type, for the run-time check at a switch.
+#[derive(Clone, Copy, Debug)]
+struct Expected {
+    id: TypeId,
+    /// `type_name::<T>`, called only to explain a mismatch.
+    name: fn() -> &'static str,
+}
+
+impl Expected {
+    fn of<T: 'static>() -> Self {
+        Expected {
+            id: TypeId::of::<T>(),
+            name: type_name::<T>,
+        }
+    }
+}
+
+/// What a switch carries besides control.
+enum Payload<T> {
+    Value(T),
+    Panic(Box<dyn Any + Send>),
+}
+
+/// What travels through the switch word between greenlets.
+struct Delivery<T> {
+    /// The sender. Alive while this is in flight: `CURRENT` holds it until the receiver
+    /// replaces it.
+    from: *const Record,
+    /// The receiver. The delivery owns one strong count of it, which the receiver hands to
+    /// `CURRENT`.
+    to: *const Record,
+    payload: Payload<T>,
+}
+
+thread_local! {
+    /// The running greenlet, owning one strong count (`Rc::into_raw`); null until this thread
+    /// first uses greenlets. A plain `Cell` of a pointer, so reading it on every switch is a
+    /// single load with no lazy-initialisation or destructor-registration check.
+    static CURRENT: Cell<*const Record> = const { Cell::new(ptr::null()) };
+    /// Releases CURRENT's count when the thread exits; touched once, when main is created.
+    static TEARDOWN: Teardown = const { Teardown };
+    static TRACE: Cell<Option<TraceHook>> = const { Cell::new(None) };
+    static NEXT_ID: Cell<u64> = const { Cell::new(1) };
+}
+
+/// At thread exit, drops the reference `CURRENT` holds (usually to the main greenlet).
+struct Teardown;
+
+impl Drop for Teardown {
+    fn drop(&mut self) {
+        let current = CURRENT.replace(ptr::null());
+        if !current.is_null() {
+            // SAFETY: CURRENT owns one strong count of a record made by Rc::into_raw.
+            drop(unsafe { Rc::from_raw(current) });
+        }
+    }
+}
+
+fn next_id() -> GreenletId {
+    NEXT_ID.with(|next| {
+        let id = next.get();
+        next.set(id + 1);
+        GreenletId(id)
+    })
+}
+
+/// The running greenlet's record, creating this thread's main greenlet on first use. The
+/// pointer stays valid while that greenlet runs (CURRENT holds a count).
+#[inline]
+fn current_ptr() -> *const Record {
+    let current = CURRENT.get();
+    if current.is_null() {
+        make_main()
+    } else {
+        current
+    }
+}
+
+#[cold]
+fn make_main() -> *const Record {
+    let main = Rc::new(Record {
+        id: GreenletId(0),
+        state: Cell::new(State::Running),
+        parent: RefCell::new(None),
+        expects: Cell::new(Expected::of::<()>()),
+        stack: Cell::new(None),
+        kill: |_| {},
+    });
+    TEARDOWN.with(|_| {});
+    let main = Rc::into_raw(main);
+    CURRENT.set(main);
+    main
+}
+
+/// A new strong reference to the running greenlet.
+fn current_record() -> Rc<Record> {
+    let current = current_ptr();
+    // SAFETY: `current` came from Rc::into_raw and CURRENT holds a count, so it is alive; the
+    // increment gives the new Rc its own count.
+    unsafe {
+        Rc::increment_strong_count(current);
+        Rc::from_raw(current)
+    }
+}
+
+/// `record`'s nearest live ancestor (a main greenlet never dies); `record` must be dead.
+#[cold]
+fn live_ancestor(record: &Rc<Record>) -> Rc<Record> {
+    let mut candidate = record.clone();
+    while matches!(candidate.state.get(), State::Dead) {
+        let parent = candidate
+            .parent
+            .borrow()
+            .clone()
+            .expect("a dead greenlet is never a main greenlet");
+        candidate = parent;
+    }
+    candidate
+}
+
+/// Moves control to `target` (or its nearest live ancestor) with `payload`; returns what the
+/// next switch back here brings.
+#[inline(always)]
+fn transfer<T: 'static>(target: &Rc<Record>, payload: Payload<T>, event: Event) -> T {
+    let current = current_ptr();
+    let redirected;
+    let target = if matches!(target.state.get(), State::Dead) {
+        redirected = live_ancestor(target);
+        &redirected
+    } else {
+        target
+    };
+    if ptr::eq(Rc::as_ptr(target), current) {
+        return deliver_here(payload);
+    }
+    if let Payload::Value(_) = payload {
+        check_expects::<T>(target);
+    }
+    // SAFETY: CURRENT holds a count of the running greenlet.
+    let current = unsafe { &*current };
+    trace(event, current, target);
+    let to = match target.state.get() {
+        State::Unstarted(sp) | State::Suspended(sp) => sp,
+        State::Running | State::Dead => {
+            unreachable!("only the current greenlet runs, and dead targets were redirected")
+        }
+    };
+    current.expects.set(Expected::of::<T>());
+    let delivery = Message::new(Delivery {
+        from: current,
+        to: Rc::into_raw(target.clone()),
+        payload,
+    });
+    // SAFETY: `to` is the saved context of a suspended or unstarted greenlet, which is
+    // replaced by the receiver (`arrive`) before anything could switch to it again. The
+    // receiver takes `delivery` before we can be resumed.
+    let transfer = unsafe { arch::switch(to, delivery.word()) };
+    // SAFETY: whoever switched here sent a Delivery<T>: they checked our `expects`.
+    unsafe { arrive::<T>(transfer) }
+}
+
+/// A switch to the running greenlet itself: the value comes straight back (or the panic is
+/// raised here).
+#[cold]
+fn deliver_here<T>(payload: Payload<T>) -> T {
+    match payload {
+        Payload::Value(value) => value,
+        Payload::Panic(payload) => panic::resume_unwind(payload),
+    }
+}
+
+/// Panics (in the sender) if `target`'s pending switch takes another message type than `T`.
+#[inline]
+fn check_expects<T: 'static>(target: &Record) {
+    let expected = target.expects.get();
+    if expected.id != TypeId::of::<T>() {
+        type_mismatch::<T>(target, expected);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn type_mismatch<T>(target: &Record, expected: Expected) -> ! {
+    {
+        panic!(
+            "greenweave: switched a `{}` to greenlet {}, which is waiting for a `{}`; greenlets \
+             that switch to each other must exchange one message type",
+            type_name::<T>(),
+            target.id.0,
+            (expected.name)()
+        );
+    }
+}
+
+#[inline]
+fn trace(event: Event, origin: &Record, target: &Record) {
+    if let Some(hook) = TRACE.get() {
+        call_trace_hook(hook, event, origin, target);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn call_trace_hook(hook: TraceHook, event: Event, origin: &Record, target: &Record) {
+    hook(event, origin.id, target.id);
+}
+
+/// Runs in the greenlet that was just switched to: records where the sender stopped, becomes
+/// `CURRENT`, and returns the value (or raises the panic) that came with the switch.
+///
+/// # Safety
+/// `transfer` must be the result of a switch made by `transfer` or a finishing greenlet, with a
+/// `Delivery<T>`.
+#[inline(always)]
+unsafe fn arrive<T>(transfer: Transfer) -> T {
+    // SAFETY: per the contract; the sender is suspended or finished and never reads it again.
+    let Delivery { from, to, payload } = unsafe { Message::<Delivery<T>>::take(transfer.data) };
+    // SAFETY: the sender's record is alive: CURRENT holds it until the replace below.
+    let sender = unsafe { &*from };
+    if let State::Dead = sender.state.get() {
+        recycle_stack_of_finished(sender);
+    } else {
+        sender.state.set(State::Suspended(transfer.from));
+    }
+    // SAFETY: the delivery owns a count of `to`, which passes to CURRENT here.
+    unsafe { (*to).state.set(State::Running) };
+    let previous = CURRENT.replace(to);
+    // SAFETY: CURRENT owned a count of `previous` (the sender), which is given up here.
+    release(Some(unsafe { Rc::from_raw(previous) }));
+    match payload {
+        Payload::Value(value) => value,
+        Payload::Panic(payload) => panic::resume_unwind(payload),
+    }
+}
+
+/// The sender finished and we have its last message, so its stack is free.
+#[cold]
+fn recycle_stack_of_finished(sender: &Record) {
+    if let Some(stack) = sender.stack.take() {
+        pool::recycle(stack);
+    }
+}
+
+/// Drops a reference to a record, killing the greenlet first if this was the last reference
+/// and it is suspended (or unstarted), so that its destructors run.
+#[inline]
+fn release(record: Option<Rc<Record>>) {
+    if let Some(record) = record {
+        kill_if_last(&record);
+    }
+}
+
+#[inline]
+fn kill_if_last(record: &Rc<Record>) {
+    if Rc::strong_count(record) == 1
+        && matches!(
+            record.state.get(),
+            State::Unstarted(_) | State::Suspended(_)
+        )
+    {
+        kill_now(record);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn kill_now(record: &Rc<Record>) {
+    (record.kill)(record);
+}
+
+/// Kills `record` by throwing [`GreenletExit`] into it with the current greenlet as its
+/// parent, so its result comes back here (and is dropped).
+fn kill<T: FromGreenletExit + 'static>(record: &Rc<Record>) {
+    // During thread teardown CURRENT is gone: then the greenlet is leaked, not killed.
+    if CURRENT.get().is_null() {
+        return;
+    }
+    let previous = record.parent.replace(Some(current_record()));
+    release(previous);
+    let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
+        transfer::<T>(record, Payload::Panic(Box::new(GreenletExit)), Event::Throw)
+    }));
+    if let Err(payload) = outcome
+        && !std::thread::panicking()
+    {
+        panic::resume_unwind(payload);
+    }
+}
+
+/// The body of every greenlet's fiber: arrive, run, and hand the outcome to the parent.
+fn greenlet_body<T, F>(transfer: Transfer, run: F) -> Exit<Delivery<T>>
+where
+    T: FromGreenletExit + 'static,
+    F: FnOnce(T) -> T,
+{
+    let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the first switch into a greenlet comes from `transfer::<T>`, which checked
+        // that a Value is a T (a Panic kills it here, before `run` is called).
+        let first = unsafe { arrive::<T>(transfer) };
+        run(first)
+    }));
+    let payload = match outcome {
+        Ok(value) => Payload::Value(value),
+        Err(payload) if payload.is::<GreenletExit>() => {
+            Payload::Value(T::from_greenlet_exit(GreenletExit))
+        }
+        Err(payload) => Payload::Panic(payload),
+    };
+    let me = current_record();
+    me.state.set(State::Dead);
+    let parent = live_ancestor(&me);
+    let payload = match payload {
+        Payload::Value(_) if parent.expects.get().id != TypeId::of::<T>() => {
+            Payload::Panic(Box::new(format!(
+                "greenweave: greenlet {} finished with a `{}`, but its parent (greenlet {}) is waiting for a `{}`",
+                me.id.0,
+                type_name::<T>(),
+                parent.id.0,
+                (parent.expects.get().name)()
+            )))
+        }
+        other => other,
+    };
+    trace(Event::Switch, &me, &parent);
+    let to = match parent.state.get() {
+        State::Unstarted(sp) | State::Suspended(sp) => sp,
+        State::Running | State::Dead => {
+            unreachable!("a live parent of the running greenlet is not running")
+        }
+    };
+    Exit {
+        to,
+        message: Delivery {
+            from: Rc::as_ptr(&me),
+            to: Rc::into_raw(parent),
+            payload,
+        },
+    }
+}
