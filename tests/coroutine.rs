@@ -991,6 +991,99 @@ fn an_infinite_generator_can_be_taken_from_and_dropped() {
 // ---------------------------------------------------------------------------------------------
 
 #[test]
+fn a_panic_in_a_body_unwinds_the_suspended_coroutines_it_owns() {
+    let drops = Rc::new(Cell::new(0));
+    let held = Tally(Rc::clone(&drops));
+    let mut outer = Coroutine::<(), (), ()>::new(move |_, ()| {
+        let mut inner = Coroutine::<(), (), ()>::new(move |yielder, ()| {
+            let _held = held;
+            yielder.suspend(());
+        });
+        inner.resume(());
+        panic!("the outer body gives up");
+    });
+    let payload = expect_panic(|| outer.resume(()));
+    assert_eq!(panic_message(&*payload), "the outer body gives up");
+    assert_eq!(drops.get(), 1);
+    assert!(outer.is_done());
+}
+
+#[test]
+fn dropping_a_suspended_coroutine_unwinds_the_suspended_coroutines_it_owns() {
+    let log = Rc::new(RefCell::new(Vec::new()));
+    let outer_log = Rc::clone(&log);
+    let mut outer = Coroutine::<(), u32, ()>::new(move |yielder, ()| {
+        let _outer = Labelled("outer", 0, Rc::clone(&outer_log));
+        let middle_log = Rc::clone(&outer_log);
+        let mut middle = Coroutine::<(), u32, ()>::new(move |yielder, ()| {
+            let _middle = Labelled("middle", 0, Rc::clone(&middle_log));
+            let inner_log = Rc::clone(&middle_log);
+            let mut inner = Coroutine::<(), u32, ()>::new(move |yielder, ()| {
+                let _inner = Labelled("inner", 0, inner_log);
+                yielder.suspend(3);
+            });
+            let from_inner = inner.resume(()).into_yield().unwrap();
+            yielder.suspend(from_inner * 10);
+        });
+        let from_middle = middle.resume(()).into_yield().unwrap();
+        yielder.suspend(from_middle * 10);
+    });
+    assert_eq!(outer.resume(()), CoroutineResult::Yield(300));
+    assert!(log.borrow().is_empty());
+    drop(outer);
+    // Each body's locals drop in reverse order: the owned coroutine (declared after the
+    // labelled value) first, so the innermost goes first.
+    assert_eq!(*log.borrow(), [("inner", 0), ("middle", 0), ("outer", 0)]);
+}
+
+thread_local! {
+    static PARKED: RefCell<Option<Coroutine<(), (), ()>>> = const { RefCell::new(None) };
+}
+
+/// Parks a suspended coroutine in `PARKED` on a new thread and lets the thread exit; returns
+/// how many times the value the coroutine held was dropped.
+fn park_suspended_coroutine_and_exit_thread(touch_thread_local_first: bool) -> usize {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    struct SharedTally(Arc<AtomicUsize>);
+    impl Drop for SharedTally {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    let drops = Arc::new(AtomicUsize::new(0));
+    let held = SharedTally(Arc::clone(&drops));
+    thread::spawn(move || {
+        if touch_thread_local_first {
+            // Thread-local destructors run in reverse order of first use: touching PARKED
+            // before any coroutine exists makes it outlive greenweave's own thread-locals.
+            PARKED.with(|_| ());
+        }
+        let mut co = Coroutine::<(), (), ()>::new(move |yielder, ()| {
+            let _held = held;
+            yielder.suspend(());
+        });
+        co.resume(());
+        PARKED.with(|parked| *parked.borrow_mut() = Some(co));
+    })
+    .join()
+    .expect("the thread exits cleanly");
+    drops.load(Ordering::SeqCst)
+}
+
+#[test]
+fn a_suspended_coroutine_in_a_thread_local_is_unwound_when_its_thread_exits() {
+    assert_eq!(park_suspended_coroutine_and_exit_thread(false), 1);
+}
+
+#[test]
+fn a_suspended_coroutine_in_a_thread_local_that_outlives_the_stack_pool_is_unwound_at_exit() {
+    assert_eq!(park_suspended_coroutine_and_exit_thread(true), 1);
+}
+
+#[test]
 fn a_coroutine_can_resume_another_inside_its_body() {
     let mut outer = Coroutine::<u32, u32, u32>::new(|yielder, mut input| {
         let mut inner = Coroutine::<u32, u32, u32>::new(|yielder, mut input| {
