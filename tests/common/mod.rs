@@ -45,14 +45,15 @@ impl ChildOutcome {
 }
 
 /// In the parent, runs `test_name` (which must be the name of the calling test) in a child
-/// process where `crash` runs, and returns how the child ended. In that child, runs `crash`;
-/// if `crash` returns, the child test fails.
-pub fn run_in_child(test_name: &str, crash: impl FnOnce()) -> ChildOutcome {
+/// process where `child` runs, and returns how the child ended. In that child, runs `child`,
+/// which must end the process (by crashing, or with `std::process::exit` to show it did not);
+/// if `child` returns, the child test fails.
+pub fn run_in_child(test_name: &str, child: impl FnOnce()) -> ChildOutcome {
     if env::var_os(CHILD_ENV).is_some_and(|name| name == test_name) {
         println!("{CHILD_STARTED}");
         eprintln!("{CHILD_STARTED}");
-        crash();
-        panic!("the crashing part of `{test_name}` returned instead of ending the process");
+        child();
+        panic!("the child part of `{test_name}` returned instead of ending the process");
     }
     let exe = env::current_exe().expect("the test binary knows its own path");
     let mut command = match emulator() {
@@ -64,7 +65,14 @@ pub fn run_in_child(test_name: &str, crash: impl FnOnce()) -> ChildOutcome {
         None => Command::new(&exe),
     };
     command
-        .args(["--exact", test_name, "--nocapture", "--test-threads=1"])
+        // --include-ignored: the parent may itself be an ignored test run on request.
+        .args([
+            "--exact",
+            test_name,
+            "--include-ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, test_name);
     // An abort must not leave a core file behind (qemu-user writes its own, `qemu_*.core`).
     // SAFETY: the closure only calls setrlimit, which is async-signal-safe, between fork and
