@@ -55,14 +55,30 @@ pub fn run_in_child(test_name: &str, child: impl FnOnce()) -> ChildOutcome {
         child();
         panic!("the child part of `{test_name}` returned instead of ending the process");
     }
+    let mut last = None;
+    for launcher in launchers() {
+        let outcome = spawn_child(launcher.as_deref(), test_name);
+        if outcome.stdout.contains(CHILD_STARTED) {
+            return outcome;
+        }
+        last = Some(outcome);
+    }
+    panic!(
+        "the child never reached the crashing part of `{test_name}`\n{}",
+        last.expect("there is at least one launcher").describe()
+    );
+}
+
+/// Runs this test binary, through `launcher` if given, for the child part of `test_name`.
+fn spawn_child(launcher: Option<&[String]>, test_name: &str) -> ChildOutcome {
     let exe = env::current_exe().expect("the test binary knows its own path");
-    let mut command = match emulator() {
-        Some(emulator) => {
-            let mut command = Command::new(&emulator[0]);
-            command.args(&emulator[1..]).arg(&exe);
+    let mut command = match launcher {
+        Some([program, args @ ..]) => {
+            let mut command = Command::new(program);
+            command.args(args).arg(&exe);
             command
         }
-        None => Command::new(&exe),
+        _ => Command::new(&exe),
     };
     command
         // --include-ignored: the parent may itself be an ignored test run on request.
@@ -87,36 +103,40 @@ pub fn run_in_child(test_name: &str, child: impl FnOnce()) -> ChildOutcome {
             Ok(())
         });
     }
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = command
-        .output()
-        .unwrap_or_else(|error| panic!("could not start the child for `{test_name}`: {error}"));
-    let outcome = ChildOutcome {
-        status,
-        stdout: String::from_utf8_lossy(&stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&stderr).into_owned(),
-    };
-    assert!(
-        outcome.stdout.contains(CHILD_STARTED),
-        "the child never reached the crashing part of `{test_name}`\n{}",
-        outcome.describe()
-    );
-    outcome
+    match command.output() {
+        Ok(Output {
+            status,
+            stdout,
+            stderr,
+        }) => ChildOutcome {
+            status,
+            stdout: String::from_utf8_lossy(&stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        },
+        Err(error) => ChildOutcome {
+            status: ExitStatus::from_raw(127 << 8),
+            stdout: String::new(),
+            stderr: format!("could not start {launcher:?} {exe:?}: {error}"),
+        },
+    }
 }
 
-/// The command line of the emulator that must run this binary, or `None` if the kernel can
-/// run it directly.
-fn emulator() -> Option<Vec<String>> {
-    // /proc/sys/kernel/arch comes from the real kernel even under qemu-user, which emulates
-    // uname(2) to report the guest architecture.
-    let kernel_arch = fs::read_to_string("/proc/sys/kernel/arch").ok()?;
+/// The ways to start this binary to try, in order: `None` runs it directly, `Some` through
+/// that emulator command line.
+fn launchers() -> Vec<Option<Vec<String>>> {
     let guest_arch = env::consts::ARCH;
-    if kernel_arch.trim() == guest_arch {
-        return None;
+    // /proc/sys/kernel/arch comes from the real kernel even under qemu-user, which emulates
+    // uname(2) to report the guest architecture. Older kernels lack it: then try both ways.
+    match fs::read_to_string("/proc/sys/kernel/arch") {
+        Ok(kernel_arch) if kernel_arch.trim() == guest_arch => vec![None],
+        Ok(_) => vec![emulator(guest_arch)],
+        Err(_) => vec![None, emulator(guest_arch)],
     }
+}
+
+/// The emulator that runs a binary for `guest_arch` on this kernel, or `None` if the kernel
+/// starts it by itself.
+fn emulator(guest_arch: &str) -> Option<Vec<String>> {
     let runner_var = format!(
         "CARGO_TARGET_{}_UNKNOWN_LINUX_GNU_RUNNER",
         guest_arch.to_uppercase()
