@@ -205,11 +205,8 @@ impl<I, Y, R> Coroutine<I, Y, R> {
         let stack_limit = stack.limit();
         // SAFETY: the stack is fresh or recycled and owned by this coroutine from here on; it
         // is started at most once, and its last message is taken by `receive`.
-        let start = unsafe {
-            fiber::launch(&stack, move |transfer| {
-                coroutine_body::<I, Y, R, F>(transfer, body, stack_limit)
-            })
-        };
+        let payload = CoroutineLaunch { body, stack_limit };
+        let start = unsafe { fiber::launch(&stack, payload, coroutine_entry::<I, Y, R, F>) };
         Coroutine {
             stack: Some(stack),
             state: State::Unstarted(start),
@@ -434,27 +431,49 @@ impl<I, Y> fmt::Debug for Yielder<I, Y> {
     }
 }
 
+/// What a coroutine's fiber is launched with.
+struct CoroutineLaunch<F> {
+    body: F,
+    /// Lowest usable address of the stack, for the [`Yielder`]'s misuse check.
+    stack_limit: usize,
+}
+
 /// What a coroutine's fiber runs: builds the [`Yielder`], runs the body (or drops it unrun),
 /// and returns how it ended, to be sent to the last resumer.
-fn coroutine_body<I, Y, R, F>(transfer: Transfer, body: F, stack_limit: usize) -> Exit<Finished<R>>
+///
+/// # Safety
+/// A [`fiber::Entry`]: `launch` points at a `CoroutineLaunch<F>` this function owns.
+unsafe fn coroutine_entry<I, Y, R, F>(
+    launch: *mut CoroutineLaunch<F>,
+    transfer: Transfer,
+) -> Exit<Finished<R>>
 where
     F: FnOnce(&Yielder<I, Y>, I) -> R,
 {
+    // SAFETY: the launch record is ours (see above); `stack_limit` is Copy.
+    let (body, stack_limit) = unsafe { (&raw mut (*launch).body, (*launch).stack_limit) };
     let yielder = Yielder {
         resumer: Cell::new(transfer.from),
         stack_limit,
         marker: PhantomData,
     };
     let outcome = if transfer.data == UNWIND_REQUEST {
-        // Dropped before it started: drop the closure without running it.
-        match panic::catch_unwind(AssertUnwindSafe(move || drop(body))) {
+        // Dropped before it started: drop the closure in place without running it.
+        // SAFETY: the body has not been moved out, and is dropped once.
+        match panic::catch_unwind(AssertUnwindSafe(|| unsafe { ptr::drop_in_place(body) })) {
             Ok(()) => Finished::Unwound,
             Err(payload) => Finished::Panicked(payload),
         }
     } else {
         // SAFETY: a non-zero first word is the address of the resumer's input (see `resume`).
         let input = unsafe { ptr::read(transfer.data as *const I) };
-        match panic::catch_unwind(AssertUnwindSafe(|| body(&yielder, input))) {
+        // The body is moved out only here, at the call, so a large capture is copied once.
+        let run = || {
+            // SAFETY: the body has not been moved out or dropped, and is read once.
+            let body = unsafe { ptr::read(body) };
+            body(&yielder, input)
+        };
+        match panic::catch_unwind(AssertUnwindSafe(run)) {
             Ok(value) => Finished::Returned(value),
             Err(payload) => match payload.downcast_ref::<ForcedUnwind>() {
                 Some(request) if request.0 == &yielder as *const Yielder<I, Y> as usize => {

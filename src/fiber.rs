@@ -29,6 +29,12 @@ pub(crate) const FINISHED_TAG: usize = 1;
 /// with a message instead of overflowing before it runs.
 const MIN_RUN_SPACE: usize = 4096;
 
+/// Copies of the payload that the entry may make on the stack before the user's code runs:
+/// one to move the closure out for its by-value call, and another that unoptimised builds
+/// make on the way (measured: a 112 KiB capture runs on a 256 KiB stack in release builds,
+/// 80 KiB in debug).
+const COPIES_MADE_TO_RUN: usize = 2;
+
 /// A value in transit through a switch, owned by the sender's frame and moved out by the
 /// receiver. The alignment of at least 2 keeps the low bit of its address free for
 /// [`FINISHED_TAG`].
@@ -63,47 +69,72 @@ pub(crate) struct Exit<M> {
     pub(crate) message: M,
 }
 
-/// Prepares `stack` so that the first switch to the returned pointer calls `body` with that
-/// switch's [`Transfer`]. When `body` returns an [`Exit`], the fiber switches to `exit.to`
-/// with the address of `exit.message` tagged with [`FINISHED_TAG`], and never runs again.
+/// The function a fiber runs: `entry(payload, first_transfer) -> Exit`.
+///
+/// It receives its payload by pointer, where [`launch`] placed it at the top of the stack, and
+/// must move out (`ptr::read`) or drop in place whatever it owns there, exactly once. Taking
+/// the payload by pointer rather than by value matters: a closure passed by value through a
+/// few frames (and `catch_unwind`) is copied down the stack at each one, and a large capture
+/// would then overflow a stack that it fits in.
+pub(crate) type Entry<P, M> = unsafe fn(payload: *mut P, first: Transfer) -> Exit<M>;
+
+/// What [`launch`] writes at the top of a stack.
+struct Launch<P, M> {
+    entry: Entry<P, M>,
+    payload: P,
+}
+
+/// Prepares `stack` so that the first switch to the returned pointer calls
+/// `entry(&mut payload, that switch's Transfer)` on it. When `entry` returns an [`Exit`], the
+/// fiber switches to `exit.to` with the address of `exit.message` tagged with
+/// [`FINISHED_TAG`], and never runs again.
 ///
 /// # Panics
-/// If `body` does not fit in `stack` with 4 KiB to spare.
+/// If the payload does not fit in `stack` three times over with 4 KiB to spare (see
+/// [`COPIES_MADE_TO_RUN`]).
 ///
 /// # Safety
 /// Nothing else may be running on `stack` or use it until the fiber has finished (or is never
-/// started, in which case `body` is leaked unless the caller starts it once). The receiver of
-/// the last message must take it ([`Message::take`]) before the stack is reused or unmapped.
-pub(crate) unsafe fn launch<F, M>(stack: &Stack, body: F) -> StackPointer
-where
-    F: FnOnce(Transfer) -> Exit<M>,
-{
+/// started, in which case the payload is leaked). The receiver of the last message must take
+/// it ([`Message::take`]) before the stack is reused or unmapped.
+pub(crate) unsafe fn launch<P, M>(stack: &Stack, payload: P, entry: Entry<P, M>) -> StackPointer {
     let top = stack.top().as_ptr() as usize;
     let bottom = stack.limit();
-    // The body goes at the top of the stack, 16-byte aligned; the trampoline's frame below it.
-    let body_at = top
-        .checked_sub(mem::size_of::<F>())
-        .map(|at| at & !(mem::align_of::<F>().max(16) - 1))
-        .filter(|&at| at >= bottom + arch::INITIAL_FRAME_BYTES + MIN_RUN_SPACE)
+    // The payload goes at the top of the stack, 16-byte aligned; the trampoline's frame below.
+    let size = mem::size_of::<Launch<P, M>>();
+    // The payload goes at the top of the stack, 16-byte aligned; the trampoline's frame below.
+    // The entry moves the user's closure out once to call it (more in debug builds), so the
+    // rest of the stack must hold two more copies besides the room to run.
+    let launch_at = top
+        .checked_sub(size)
+        .map(|at| at & !(mem::align_of::<Launch<P, M>>().max(16) - 1))
+        .filter(|&at| {
+            size.checked_mul(COPIES_MADE_TO_RUN)
+                .and_then(|copies| {
+                    copies.checked_add(bottom + arch::INITIAL_FRAME_BYTES + MIN_RUN_SPACE)
+                })
+                .is_some_and(|needed| at >= needed)
+        })
         .unwrap_or_else(|| {
             panic!(
-                "greenweave: a body of {} bytes does not fit in a {}-byte stack; box the \
+                "greenweave: a body of {} bytes does not fit in a {}-byte stack (it needs room \
+                 for {COPIES_MADE_TO_RUN} more copies of itself and 4 KiB to run); box the \
                  captured data or use a larger Stack",
-                mem::size_of::<F>(),
+                mem::size_of::<P>(),
                 stack.size()
             )
         });
-    // SAFETY: `body_at..top` lies in the usable range of `stack` (checked above) and is
-    // aligned for F; the caller guarantees nothing else uses the stack. `root` moves the body
-    // out exactly once.
-    unsafe { (body_at as *mut F).write(body) };
-    // SAFETY: `body_at` is 16-byte aligned, non-null, and the INITIAL_FRAME_BYTES below it are
-    // unused stack memory (checked above).
+    // SAFETY: `launch_at..top` lies in the usable range of `stack` (checked above) and is
+    // aligned for Launch; the caller guarantees nothing else uses the stack. The entry owns
+    // the payload from its first call on.
+    unsafe { (launch_at as *mut Launch<P, M>).write(Launch { entry, payload }) };
+    // SAFETY: `launch_at` is 16-byte aligned, non-null, and the INITIAL_FRAME_BYTES below it
+    // are unused stack memory (checked above).
     unsafe {
         arch::init_stack(
-            NonNull::new_unchecked(body_at as *mut u8),
-            root::<F, M>,
-            body_at,
+            NonNull::new_unchecked(launch_at as *mut u8),
+            root::<P, M>,
+            launch_at,
         )
     }
 }
@@ -111,15 +142,15 @@ where
 /// The first Rust frame on every fiber stack, called by the trampoline.
 ///
 /// # Safety
-/// Called only by the trampoline, for a stack prepared by [`launch`] with the same `F` and `M`:
-/// `body_at` is the address of an `F` that nothing else will read.
-unsafe extern "C" fn root<F, M>(from: StackPointer, data: usize, body_at: usize) -> !
-where
-    F: FnOnce(Transfer) -> Exit<M>,
-{
-    // SAFETY: per this function's contract, read exactly once.
-    let body = unsafe { ptr::read(body_at as *const F) };
-    let exit = match panic::catch_unwind(AssertUnwindSafe(|| body(Transfer { from, data }))) {
+/// Called only by the trampoline, for a stack prepared by [`launch`] with the same `P` and
+/// `M`: `launch_at` is the address of the `Launch<P, M>` it wrote.
+unsafe extern "C" fn root<P, M>(from: StackPointer, data: usize, launch_at: usize) -> ! {
+    let launch = launch_at as *mut Launch<P, M>;
+    // SAFETY: per this function's contract; the fn pointer is Copy, the payload stays put.
+    let (entry, payload) = unsafe { ((*launch).entry, &raw mut (*launch).payload) };
+    let first = Transfer { from, data };
+    // SAFETY: the entry was written for this payload type, which it now owns.
+    let exit = match panic::catch_unwind(AssertUnwindSafe(|| unsafe { entry(payload, first) })) {
         Ok(exit) => exit,
         Err(_) => fatal(
             "a fiber body unwound to its root (greenweave bug: the layer above must catch panics)",

@@ -211,8 +211,7 @@ impl<T: FromGreenletExit + 'static> Greenlet<T> {
         overflow::ensure_alt_stack();
         // SAFETY: the stack is fresh or recycled and owned by this record from here on; the
         // record is started at most once and its last message is taken by `arrive`.
-        let start =
-            unsafe { fiber::launch(&stack, move |transfer| greenlet_body::<T, F>(transfer, run)) };
+        let start = unsafe { fiber::launch(&stack, run, greenlet_entry::<T, F>) };
         let record = Rc::new(Record {
             id: next_id(),
             state: Cell::new(State::Unstarted(start)),
@@ -699,18 +698,32 @@ fn kill<T: FromGreenletExit + 'static>(record: &Rc<Record>) {
     }
 }
 
-/// The body of every greenlet's fiber: arrive, run, and hand the outcome to the parent.
-fn greenlet_body<T, F>(transfer: Transfer, run: F) -> Exit<Delivery<T>>
+/// What every greenlet's fiber runs: arrive, run, and hand the outcome to the parent.
+///
+/// # Safety
+/// A [`fiber::Entry`]: `run` points at the greenlet's closure, which this function owns.
+unsafe fn greenlet_entry<T, F>(run: *mut F, transfer: Transfer) -> Exit<Delivery<T>>
 where
     T: FromGreenletExit + 'static,
     F: FnOnce(T) -> T,
 {
+    let mut run_taken = false;
     let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the first switch into a greenlet comes from `transfer::<T>`, which checked
         // that a Value is a T (a Panic kills it here, before `run` is called).
         let first = unsafe { arrive::<T>(transfer) };
+        run_taken = true;
+        // The closure is moved out only here, at the call, so a large capture is copied once.
+        // SAFETY: not moved out or dropped before; read once.
+        let run = unsafe { ptr::read(run) };
         run(first)
     }));
+    if !run_taken {
+        // Killed (a throw) before it started: drop the closure without running it.
+        // SAFETY: never moved out; dropped once. A panicking destructor here would unwind
+        // into the fiber root, so it is caught and the closure's remains are leaked.
+        let _ = panic::catch_unwind(AssertUnwindSafe(|| unsafe { ptr::drop_in_place(run) }));
+    }
     let payload = match outcome {
         Ok(value) => Payload::Value(value),
         Err(payload) if payload.is::<GreenletExit>() => {
