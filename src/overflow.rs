@@ -13,6 +13,7 @@
 //! May not: allocate, lock (other than `try_lock`), or format with `std::fmt` inside the signal
 //! handler; everything the handler touches is async-signal-safe.
 
+use core::cell::Cell;
 use core::ffi::{c_int, c_void};
 use core::mem::MaybeUninit;
 use core::ptr;
@@ -162,7 +163,7 @@ fn forward(signal: c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
 
 /// Writes the overflow report to stderr and aborts. Async-signal-safe: no allocation, no locks.
 fn report_overflow_and_abort(stack_bytes: usize) -> ! {
-    let mut thread_name = [0u8; 17];
+    let mut thread_name = [0u8; 64];
     let mut message = MessageBuffer::new();
     message.push(b"\ngreen thread '<unnamed>' on thread '");
     message.push(os_thread_name(&mut thread_name));
@@ -181,13 +182,16 @@ fn report_overflow_and_abort(stack_bytes: usize) -> ! {
     }
 }
 
-/// The OS thread's name as std reports it: `main` for the main thread, else the kernel's
-/// `comm` (which std sets from `thread::Builder::name`, truncated to 15 bytes).
-fn os_thread_name(buffer: &mut [u8; 17]) -> &[u8] {
-    // SAFETY: getpid and gettid have no preconditions.
-    let is_main = unsafe { libc::getpid() as libc::c_long == libc::syscall(libc::SYS_gettid) };
-    if is_main {
-        return b"main";
+/// The OS thread's name as std reports it (`main`, `<unnamed>`, or the name given to
+/// `thread::Builder`), recorded in [`THREAD_NAME`] when the thread made its first coroutine.
+/// Falls back to the kernel's `comm` for a thread that never did (which cannot be running a
+/// coroutine, so this only matters if the registry and the thread disagree).
+fn os_thread_name(buffer: &mut [u8; 64]) -> &[u8] {
+    let recorded = THREAD_NAME.get();
+    if recorded.len > 0 {
+        let len = recorded.len.min(buffer.len());
+        buffer[..len].copy_from_slice(&recorded.bytes[..len]);
+        return &buffer[..len];
     }
     // SAFETY: PR_GET_NAME writes at most 16 bytes, NUL-terminated, into the buffer.
     let rc = unsafe { libc::prctl(libc::PR_GET_NAME, buffer.as_mut_ptr()) };
@@ -196,6 +200,32 @@ fn os_thread_name(buffer: &mut [u8; 17]) -> &[u8] {
     }
     let len = buffer.iter().position(|&b| b == 0).unwrap_or(16);
     &buffer[..len]
+}
+
+/// A thread's name, kept where the signal handler can read it without locks or allocation.
+#[derive(Clone, Copy)]
+struct RecordedName {
+    bytes: [u8; 64],
+    len: usize,
+}
+
+thread_local! {
+    /// This thread's name as std knows it; empty until the thread makes a coroutine.
+    static THREAD_NAME: Cell<RecordedName> = const {
+        Cell::new(RecordedName { bytes: [0; 64], len: 0 })
+    };
+}
+
+/// Records the calling thread's std name for the overflow report (truncated to 64 bytes).
+fn record_thread_name() {
+    let thread = std::thread::current();
+    let name = thread.name().unwrap_or("<unnamed>").as_bytes();
+    let mut recorded = RecordedName {
+        bytes: [0; 64],
+        len: name.len().min(64),
+    };
+    recorded.bytes[..recorded.len].copy_from_slice(&name[..recorded.len]);
+    THREAD_NAME.set(recorded);
 }
 
 /// A fixed-size byte buffer for composing a message without allocating.
@@ -254,6 +284,7 @@ pub(crate) fn ensure_alt_stack() {
 
 impl AltStack {
     fn install() -> AltStack {
+        record_thread_name();
         // SAFETY: a null new stack only reads the current setting into `current`.
         let current = unsafe {
             let mut current = MaybeUninit::<libc::stack_t>::zeroed();
