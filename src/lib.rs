@@ -42,14 +42,21 @@ mod arch;
 mod coroutine;
 mod fiber;
 pub mod greenlet;
+pub mod io;
+pub mod net;
 mod overflow;
+pub mod runtime;
 mod stack;
+mod sys;
+pub mod thread;
 
 #[doc(hidden)]
 pub mod bench_support;
 
 pub use coroutine::{Coroutine, CoroutineResult, Yielder};
+pub use runtime::{Runtime, run};
 pub use stack::Stack;
+pub use thread::spawn;
 
 /// The README's usage example, compiled and run as a doctest so it stays true.
 #[cfg(doctest)]

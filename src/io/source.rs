@@ -1,0 +1,103 @@
+//! An fd registered with the runtime's reactor, and the loop every green I/O call runs:
+//! try the operation; on `WouldBlock`, forget the cached readiness and park until the next
+//! edge (or the deadline); retry `EINTR`.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
+
+use crate::runtime::reactor::{Interest, Registration};
+use crate::runtime::scheduler::{self, with_scheduler};
+use crate::runtime::task::{Wait, Wake};
+use crate::sys::socket::set_nonblocking;
+
+/// A registered, non-blocking fd.
+pub(crate) struct Source {
+    registration: Registration,
+}
+
+impl Source {
+    /// Puts `fd` in non-blocking mode and registers it with this thread's runtime.
+    ///
+    /// # Panics
+    /// Outside a runtime, naming `what`.
+    pub(crate) fn new(what: &str, fd: RawFd) -> io::Result<Source> {
+        set_nonblocking(fd)?;
+        let registration = with_scheduler(what, |scheduler| scheduler.reactor.register(fd))?;
+        Ok(Source { registration })
+    }
+
+    pub(crate) fn fd(&self) -> RawFd {
+        self.registration.io.fd
+    }
+
+    /// Runs `operation` until it completes, parking this green thread while the fd is not
+    /// ready in `interest`'s direction. `timeout` bounds the whole call.
+    pub(crate) fn do_io<R>(
+        &self,
+        what: &str,
+        interest: Interest,
+        timeout: Option<Duration>,
+        mut operation: impl FnMut() -> io::Result<R>,
+    ) -> io::Result<R> {
+        let deadline = timeout.and_then(|timeout| Instant::now().checked_add(timeout));
+        loop {
+            let io = &self.registration.io;
+            if io.is_ready(interest) {
+                match operation() {
+                    Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                        io.clear_readiness(interest)
+                    }
+                    Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                    result => return result,
+                }
+            }
+            self.wait_until(what, interest, deadline)?;
+        }
+    }
+
+    /// Parks until the fd is ready in `interest`'s direction (returns at once if the cached
+    /// readiness says it is).
+    pub(crate) fn wait_until(
+        &self,
+        what: &str,
+        interest: Interest,
+        deadline: Option<Instant>,
+    ) -> io::Result<()> {
+        let io = &self.registration.io;
+        loop {
+            if io.is_closed() {
+                return Err(closed(what));
+            }
+            if io.is_ready(interest) {
+                return Ok(());
+            }
+            let wait = Wait::Io {
+                fd: io.fd,
+                interest,
+            };
+            match scheduler::park(what, wait, deadline, Some(io.clone()), |_, _| {}) {
+                Wake::Notified => continue,
+                Wake::TimedOut => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("{what} timed out waiting for fd {} to be {interest}", io.fd),
+                    ));
+                }
+                Wake::Cancelled => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::Interrupted,
+                        format!("{what} interrupted: the green thread is being cancelled"),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+fn closed(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::NotConnected,
+        format!("{what}: the fd was closed (deregistered) while this green thread waited on it"),
+    )
+}

@@ -1,0 +1,408 @@
+//! Green TCP: [`TcpListener`] and [`TcpStream`], with `std::net`'s method names.
+
+use std::cell::Cell;
+use std::fmt;
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::net::{self, Shutdown, SocketAddr, ToSocketAddrs};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use crate::io::source::Source;
+use crate::runtime::reactor::Interest;
+use crate::sys::socket;
+
+use super::{check_timeout, resolve};
+
+/// A TCP socket server, listening for connections; `accept` parks the green thread until a
+/// client connects.
+///
+/// ```
+/// use std::io::{BufRead, BufReader, Write};
+/// use greenweave::net::{TcpListener, TcpStream};
+///
+/// greenweave::run(|| {
+///     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+///     let addr = listener.local_addr().unwrap();
+///     let server = greenweave::spawn(move || {
+///         let (stream, _) = listener.accept().unwrap();
+///         let mut line = String::new();
+///         BufReader::new(&stream).read_line(&mut line).unwrap();
+///         (&stream).write_all(line.to_uppercase().as_bytes()).unwrap();
+///     });
+///     let mut client = TcpStream::connect(addr).unwrap();
+///     client.write_all(b"hello\n").unwrap();
+///     let mut reply = String::new();
+///     BufReader::new(&client).read_line(&mut reply).unwrap();
+///     assert_eq!(reply, "HELLO\n");
+///     server.join().unwrap();
+/// });
+/// ```
+pub struct TcpListener {
+    source: Source,
+    inner: net::TcpListener,
+}
+
+impl TcpListener {
+    /// Binds to `addr` (resolving a hostname on another OS thread), as
+    /// `std::net::TcpListener::bind`.
+    ///
+    /// # Panics
+    /// Outside a runtime.
+    pub fn bind<A: ToSocketAddrs + Sync>(addr: A) -> io::Result<TcpListener> {
+        let addrs = resolve("TcpListener::bind", &addr)?;
+        let inner = net::TcpListener::bind(&addrs[..])?;
+        TcpListener::from_std(inner)
+    }
+
+    /// Makes a std listener green (switches it to non-blocking mode and registers it).
+    pub fn from_std(listener: net::TcpListener) -> io::Result<TcpListener> {
+        let source = Source::new("TcpListener::from_std", listener.as_raw_fd())?;
+        Ok(TcpListener {
+            source,
+            inner: listener,
+        })
+    }
+
+    /// Deregisters the listener and returns it to blocking mode.
+    pub fn into_std(self) -> io::Result<net::TcpListener> {
+        let TcpListener { source, inner } = self;
+        drop(source);
+        inner.set_nonblocking(false)?;
+        Ok(inner)
+    }
+
+    /// Waits (parking this green thread) for a connection.
+    pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
+        let (stream, peer) =
+            self.source
+                .do_io("TcpListener::accept", Interest::Readable, None, || {
+                    self.inner.accept()
+                })?;
+        Ok((TcpStream::from_std(stream)?, peer))
+    }
+
+    /// An endless iterator of accepted connections, as `std::net::TcpListener::incoming`.
+    pub fn incoming(&self) -> Incoming<'_> {
+        Incoming { listener: self }
+    }
+
+    /// The local address, as `std`'s.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// Sets `IP_TTL`.
+    pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
+        self.inner.set_ttl(ttl)
+    }
+
+    /// Reads `IP_TTL`.
+    pub fn ttl(&self) -> io::Result<u32> {
+        self.inner.ttl()
+    }
+
+    /// Takes the pending socket error (`SO_ERROR`).
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        self.inner.take_error()
+    }
+
+    /// A second handle to the same socket (a `dup`), registered separately.
+    pub fn try_clone(&self) -> io::Result<TcpListener> {
+        TcpListener::from_std(self.inner.try_clone()?)
+    }
+}
+
+/// The iterator of [`TcpListener::incoming`]; never returns `None`.
+pub struct Incoming<'a> {
+    listener: &'a TcpListener,
+}
+
+impl Iterator for Incoming<'_> {
+    type Item = io::Result<TcpStream>;
+
+    fn next(&mut self) -> Option<io::Result<TcpStream>> {
+        Some(self.listener.accept().map(|(stream, _)| stream))
+    }
+}
+
+/// A TCP connection. Reads and writes park the green thread instead of blocking; `Read` and
+/// `Write` are also implemented for `&TcpStream`, so one green thread can read while another
+/// writes, and any code written against `std::io` (a `BufReader`, a parser) runs unchanged.
+pub struct TcpStream {
+    source: Source,
+    inner: net::TcpStream,
+    read_timeout: Cell<Option<Duration>>,
+    write_timeout: Cell<Option<Duration>>,
+}
+
+impl TcpStream {
+    /// Connects to `addr`, trying each resolved address in turn, as
+    /// `std::net::TcpStream::connect`. A hostname is resolved on another OS thread, so other
+    /// green threads keep running meanwhile.
+    ///
+    /// # Panics
+    /// Outside a runtime.
+    pub fn connect<A: ToSocketAddrs + Sync>(addr: A) -> io::Result<TcpStream> {
+        let addrs = resolve("TcpStream::connect", &addr)?;
+        let mut last_error = None;
+        for addr in addrs {
+            match TcpStream::connect_to(&addr, None) {
+                Ok(stream) => return Ok(stream),
+                Err(error) => last_error = Some(error),
+            }
+        }
+        Err(last_error.unwrap_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "could not resolve to any addresses",
+            )
+        }))
+    }
+
+    /// Connects to `addr`, giving up after `timeout`, as `std::net::TcpStream::connect_timeout`.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a zero timeout; `TimedOut` when it passes.
+    pub fn connect_timeout(addr: &SocketAddr, timeout: Duration) -> io::Result<TcpStream> {
+        check_timeout(Some(timeout))?;
+        TcpStream::connect_to(addr, Instant::now().checked_add(timeout))
+    }
+
+    fn connect_to(addr: &SocketAddr, deadline: Option<Instant>) -> io::Result<TcpStream> {
+        let fd = socket::stream_socket_for(addr)?;
+        let source = Source::new("TcpStream::connect", fd.as_raw_fd())?;
+        if !socket::start_connect(&fd, addr)? {
+            source.wait_until("TcpStream::connect", Interest::Writable, deadline)?;
+            if let Some(error) = socket::take_error(&fd)? {
+                return Err(error);
+            }
+        }
+        Ok(TcpStream::with_source(
+            source,
+            net::TcpStream::from(fd),
+        ))
+    }
+
+    fn with_source(source: Source, inner: net::TcpStream) -> TcpStream {
+        TcpStream {
+            source,
+            inner,
+            read_timeout: Cell::new(None),
+            write_timeout: Cell::new(None),
+        }
+    }
+
+    /// Makes a std stream green (switches it to non-blocking mode and registers it). Its std
+    /// timeouts are not carried over; set them with [`set_read_timeout`](Self::set_read_timeout).
+    pub fn from_std(stream: net::TcpStream) -> io::Result<TcpStream> {
+        let source = Source::new("TcpStream::from_std", stream.as_raw_fd())?;
+        Ok(TcpStream::with_source(source, stream))
+    }
+
+    /// Deregisters the stream and returns it to blocking mode.
+    pub fn into_std(self) -> io::Result<net::TcpStream> {
+        let TcpStream { source, inner, .. } = self;
+        drop(source);
+        inner.set_nonblocking(false)?;
+        Ok(inner)
+    }
+
+    /// The remote address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.peer_addr()
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// Shuts down the read half, the write half, or both, as std's.
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.inner.shutdown(how)
+    }
+
+    /// Sets `TCP_NODELAY`.
+    pub fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
+        self.inner.set_nodelay(nodelay)
+    }
+
+    /// Reads `TCP_NODELAY`.
+    pub fn nodelay(&self) -> io::Result<bool> {
+        self.inner.nodelay()
+    }
+
+    /// Sets `IP_TTL`.
+    pub fn set_ttl(&self, ttl: u32) -> io::Result<()> {
+        self.inner.set_ttl(ttl)
+    }
+
+    /// Reads `IP_TTL`.
+    pub fn ttl(&self) -> io::Result<u32> {
+        self.inner.ttl()
+    }
+
+    /// Bounds each read: one that waits longer fails with `ErrorKind::TimedOut` (std reports
+    /// `WouldBlock` on Unix; a green read never returns `WouldBlock`). `None` waits forever.
+    ///
+    /// # Errors
+    /// `InvalidInput` for `Some(Duration::ZERO)`, as std.
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        check_timeout(timeout)?;
+        self.read_timeout.set(timeout);
+        Ok(())
+    }
+
+    /// Bounds each write, as [`set_read_timeout`](Self::set_read_timeout) bounds reads.
+    ///
+    /// # Errors
+    /// `InvalidInput` for `Some(Duration::ZERO)`, as std.
+    pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        check_timeout(timeout)?;
+        self.write_timeout.set(timeout);
+        Ok(())
+    }
+
+    /// The read timeout.
+    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.read_timeout.get())
+    }
+
+    /// The write timeout.
+    pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.write_timeout.get())
+    }
+
+    /// Receives data without removing it from the queue, waiting for some if there is none.
+    pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.source.do_io(
+            "TcpStream::peek",
+            Interest::Readable,
+            self.read_timeout.get(),
+            || self.inner.peek(buf),
+        )
+    }
+
+    /// Takes the pending socket error (`SO_ERROR`).
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        self.inner.take_error()
+    }
+
+    /// A second handle to the same connection (a `dup`), registered separately, with the same
+    /// timeouts.
+    pub fn try_clone(&self) -> io::Result<TcpStream> {
+        let clone = TcpStream::from_std(self.inner.try_clone()?)?;
+        clone.read_timeout.set(self.read_timeout.get());
+        clone.write_timeout.set(self.write_timeout.get());
+        Ok(clone)
+    }
+
+    fn read_green(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.source.do_io(
+            "TcpStream::read",
+            Interest::Readable,
+            self.read_timeout.get(),
+            || (&self.inner).read(buf),
+        )
+    }
+
+    fn read_vectored_green(&self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        self.source.do_io(
+            "TcpStream::read",
+            Interest::Readable,
+            self.read_timeout.get(),
+            || (&self.inner).read_vectored(bufs),
+        )
+    }
+
+    fn write_green(&self, buf: &[u8]) -> io::Result<usize> {
+        self.source.do_io(
+            "TcpStream::write",
+            Interest::Writable,
+            self.write_timeout.get(),
+            || (&self.inner).write(buf),
+        )
+    }
+
+    fn write_vectored_green(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.source.do_io(
+            "TcpStream::write",
+            Interest::Writable,
+            self.write_timeout.get(),
+            || (&self.inner).write_vectored(bufs),
+        )
+    }
+}
+
+impl Read for TcpStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_green(buf)
+    }
+
+    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        self.read_vectored_green(bufs)
+    }
+}
+
+impl Read for &TcpStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_green(buf)
+    }
+
+    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        self.read_vectored_green(bufs)
+    }
+}
+
+impl Write for TcpStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_green(buf)
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.write_vectored_green(bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Write for &TcpStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_green(buf)
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.write_vectored_green(bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+macro_rules! fd_traits {
+    ($type:ty) => {
+        impl AsFd for $type {
+            fn as_fd(&self) -> BorrowedFd<'_> {
+                self.inner.as_fd()
+            }
+        }
+
+        impl AsRawFd for $type {
+            fn as_raw_fd(&self) -> RawFd {
+                self.inner.as_raw_fd()
+            }
+        }
+
+        impl fmt::Debug for $type {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.inner.fmt(f)
+            }
+        }
+    };
+}
+
+fd_traits!(TcpListener);
+fd_traits!(TcpStream);

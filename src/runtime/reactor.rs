@@ -1,0 +1,241 @@
+//! The I/O driver: one epoll instance per runtime and the cached readiness of every fd.
+//!
+//! Owns: [`ScheduledIo`] (per fd: readiness bits cached from edge-triggered events, a list of
+//! parked readers and one of parked writers, a closed flag), the slab that maps epoll tokens to
+//! them, and [`Registration`], the handle an I/O object keeps. Each fd is registered once, for
+//! both directions, edge-triggered: waiting costs no `epoll_ctl` in the steady state.
+//!
+//! May not: run tasks. Waking is done through the callback the scheduler passes to `poll`.
+
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::io;
+use std::os::fd::RawFd;
+use std::rc::{Rc, Weak};
+use std::time::Duration;
+
+use crate::sys::epoll::{Epoll, READ_EVENTS, WRITE_EVENTS};
+
+use super::task::Task;
+
+/// A direction of readiness.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Interest {
+    Readable,
+    Writable,
+}
+
+impl Interest {
+    fn bit(self) -> u8 {
+        match self {
+            Interest::Readable => 1,
+            Interest::Writable => 2,
+        }
+    }
+}
+
+impl fmt::Display for Interest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Interest::Readable => "readable",
+            Interest::Writable => "writable",
+        })
+    }
+}
+
+/// The token of the runtime's own eventfd (remote wake-ups).
+pub(crate) const REMOTE_TOKEN: u64 = u64::MAX;
+
+/// Readiness and waiters of one registered fd.
+pub(crate) struct ScheduledIo {
+    pub(crate) fd: RawFd,
+    token: u64,
+    /// Bits of [`Interest`] seen ready since the last `WouldBlock` in that direction.
+    readiness: Cell<u8>,
+    readers: RefCell<Vec<(Rc<Task>, u64)>>,
+    writers: RefCell<Vec<(Rc<Task>, u64)>>,
+    closed: Cell<bool>,
+}
+
+impl ScheduledIo {
+    pub(crate) fn is_ready(&self, interest: Interest) -> bool {
+        self.readiness.get() & interest.bit() != 0
+    }
+
+    /// Forgets readiness in one direction after the fd said `WouldBlock`: the next edge sets
+    /// it again.
+    pub(crate) fn clear_readiness(&self, interest: Interest) {
+        self.readiness.set(self.readiness.get() & !interest.bit());
+    }
+
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.get()
+    }
+
+    /// Parks `task` (in park number `park`) until the fd is ready in `interest`'s direction.
+    pub(crate) fn add_waiter(&self, interest: Interest, task: Rc<Task>, park: u64) {
+        let waiters = match interest {
+            Interest::Readable => &self.readers,
+            Interest::Writable => &self.writers,
+        };
+        let mut waiters = waiters.borrow_mut();
+        // Drop waiters whose park ended some other way (a timeout), so the list stays short.
+        waiters.retain(|(task, park)| task.is_in_park(*park));
+        waiters.push((task, park));
+    }
+
+    /// Takes the waiters of the directions in `bits` (all, if the fd closed).
+    fn take_waiters(&self, bits: u8) -> Vec<(Rc<Task>, u64)> {
+        let mut woken = Vec::new();
+        if bits & Interest::Readable.bit() != 0 {
+            woken.append(&mut self.readers.borrow_mut());
+        }
+        if bits & Interest::Writable.bit() != 0 {
+            woken.append(&mut self.writers.borrow_mut());
+        }
+        woken
+    }
+}
+
+/// Keeps an fd registered with the runtime's reactor; dropping it deregisters the fd and wakes
+/// any green thread still waiting on it (which then sees an error).
+pub(crate) struct Registration {
+    pub(crate) io: Rc<ScheduledIo>,
+    reactor: Weak<Reactor>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        self.io.closed.set(true);
+        if let Some(reactor) = self.reactor.upgrade() {
+            reactor.deregister(&self.io);
+        }
+    }
+}
+
+pub(crate) struct Reactor {
+    epoll: Epoll,
+    /// Token -> registration; a token is `index | generation << 32`, so a stale event for a
+    /// reused index is recognised and dropped.
+    slots: RefCell<Slab>,
+    events: RefCell<Vec<libc::epoll_event>>,
+    /// Tasks woken by `deregister` (their fd closed), to be handed to the scheduler at the
+    /// next poll.
+    orphaned: RefCell<Vec<(Rc<Task>, u64)>>,
+}
+
+#[derive(Default)]
+struct Slab {
+    entries: Vec<(u32, Option<Weak<ScheduledIo>>)>,
+    free: Vec<u32>,
+}
+
+impl Reactor {
+    pub(crate) fn new() -> io::Result<Reactor> {
+        Ok(Reactor {
+            epoll: Epoll::new()?,
+            slots: RefCell::new(Slab::default()),
+            events: RefCell::new(vec![libc::epoll_event { events: 0, u64: 0 }; 1024]),
+            orphaned: RefCell::new(Vec::new()),
+        })
+    }
+
+    /// Registers `fd` (already non-blocking) for both directions, edge-triggered.
+    pub(crate) fn register(self: &Rc<Self>, fd: RawFd) -> io::Result<Registration> {
+        let mut slab = self.slots.borrow_mut();
+        let index = match slab.free.pop() {
+            Some(index) => index,
+            None => {
+                slab.entries.push((0, None));
+                (slab.entries.len() - 1) as u32
+            }
+        };
+        let generation = slab.entries[index as usize].0.wrapping_add(1);
+        let token = u64::from(index) | (u64::from(generation) << 32);
+        let io = Rc::new(ScheduledIo {
+            fd,
+            token,
+            // Optimistic: the first operation is tried before anything is waited for.
+            readiness: Cell::new(Interest::Readable.bit() | Interest::Writable.bit()),
+            readers: RefCell::new(Vec::new()),
+            writers: RefCell::new(Vec::new()),
+            closed: Cell::new(false),
+        });
+        if let Err(error) = self.epoll.add(fd, token) {
+            slab.free.push(index);
+            return Err(error);
+        }
+        slab.entries[index as usize] = (generation, Some(Rc::downgrade(&io)));
+        Ok(Registration {
+            io,
+            reactor: Rc::downgrade(self),
+        })
+    }
+
+    /// Registers the runtime's eventfd under [`REMOTE_TOKEN`].
+    pub(crate) fn register_remote(&self, fd: RawFd) -> io::Result<()> {
+        self.epoll.add(fd, REMOTE_TOKEN)
+    }
+
+    fn deregister(&self, io: &ScheduledIo) {
+        // The fd may already be closed by its owner; nothing is left to remove then.
+        let _ = self.epoll.delete(io.fd);
+        let index = (io.token & u64::from(u32::MAX)) as u32;
+        let mut slab = self.slots.borrow_mut();
+        if let Some(entry) = slab.entries.get_mut(index as usize)
+            && u64::from(entry.0) == io.token >> 32
+        {
+            entry.1 = None;
+            slab.free.push(index);
+        }
+        drop(slab);
+        let woken = io.take_waiters(Interest::Readable.bit() | Interest::Writable.bit());
+        self.orphaned.borrow_mut().extend(woken);
+    }
+
+    /// Waits for events up to `timeout` (forever if `None`), caches readiness, and calls `wake`
+    /// for every parked waiter whose direction became ready. Returns whether the remote eventfd
+    /// fired.
+    pub(crate) fn poll(
+        &self,
+        timeout: Option<Duration>,
+        mut wake: impl FnMut(Rc<Task>, u64),
+    ) -> io::Result<bool> {
+        for (task, park) in self.orphaned.borrow_mut().drain(..) {
+            wake(task, park);
+        }
+        let mut events = self.events.borrow_mut();
+        let count = self.epoll.wait(&mut events, timeout)?;
+        let mut remote = false;
+        for event in &events[..count] {
+            let token = event.u64;
+            if token == REMOTE_TOKEN {
+                remote = true;
+                continue;
+            }
+            let io = {
+                let slab = self.slots.borrow();
+                let index = (token & u64::from(u32::MAX)) as usize;
+                match slab.entries.get(index) {
+                    Some((generation, Some(io))) if u64::from(*generation) == token >> 32 => {
+                        io.upgrade()
+                    }
+                    _ => None,
+                }
+            };
+            let Some(io) = io else { continue };
+            let mut bits = 0;
+            if event.events & READ_EVENTS != 0 {
+                bits |= Interest::Readable.bit();
+            }
+            if event.events & WRITE_EVENTS != 0 {
+                bits |= Interest::Writable.bit();
+            }
+            io.readiness.set(io.readiness.get() | bits);
+            for (task, park) in io.take_waiters(bits) {
+                wake(task, park);
+            }
+        }
+        Ok(remote)
+    }
+}

@@ -1,0 +1,460 @@
+//! The single-thread scheduler: a FIFO ready queue, the loop that runs it, parking and
+//! waking, deadlock detection and shutdown.
+//!
+//! Owns: [`Scheduler`] (tasks, ready queue, timers, reactor, remote wake-ups), the
+//! thread-local pointer to the scheduler running on this OS thread, and [`park`], the one
+//! primitive every blocking-looking operation is built on: a green thread says what it waits
+//! for and until when, switches to the scheduler, and the scheduler arms the timer and the fd
+//! wait only after that switch has completed.
+//!
+//! May not: be reached from another OS thread (everything here is `!Send`); the only way in
+//! from outside is [`RemoteQueue`], an eventfd plus a locked list of wake-ups.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::panic::{self, AssertUnwindSafe};
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::coroutine::CoroutineResult;
+use crate::stack::Stack;
+use crate::sys::eventfd::EventFd;
+
+use super::reactor::{Reactor, ScheduledIo};
+use super::task::{ParkRequest, Task, TaskCoroutine, TaskState, Wait, Wake};
+
+/// How many green threads run between two non-blocking polls of epoll when the ready queue
+/// never empties, so a green thread looping on `yield_now` cannot starve I/O.
+const RUNS_BETWEEN_POLLS: u32 = 61;
+
+/// The panic payload that unwinds a cancelled green thread from its park point.
+pub(crate) struct Cancelled;
+
+/// Wake-ups sent from other OS threads: a list under a lock, and an eventfd that makes the
+/// runtime's `epoll_wait` return.
+pub(crate) struct RemoteQueue {
+    eventfd: EventFd,
+    woken: Mutex<Vec<(u64, u64)>>,
+}
+
+impl RemoteQueue {
+    /// Wakes green thread `task_id` if it is still in park number `park`. Any thread.
+    pub(crate) fn wake(&self, task_id: u64, park: u64) {
+        self.woken
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push((task_id, park));
+        self.eventfd.notify();
+    }
+}
+
+pub(crate) struct Scheduler {
+    pub(crate) reactor: Rc<Reactor>,
+    pub(crate) remote: Arc<RemoteQueue>,
+    /// Remote operations in flight: while non-zero, a wake-up can come from another thread.
+    pub(crate) remote_pending: Cell<usize>,
+    ready: RefCell<VecDeque<Rc<Task>>>,
+    current: RefCell<Option<Rc<Task>>>,
+    /// Every task not yet finished, by id.
+    tasks: RefCell<HashMap<u64, Rc<Task>>>,
+    timers: RefCell<super::timer::Timers>,
+    next_id: Cell<u64>,
+    runs_since_poll: Cell<u32>,
+    shutting_down: Cell<bool>,
+    pub(crate) default_stack_size: usize,
+}
+
+thread_local! {
+    /// The scheduler running on this OS thread, or null outside `run`.
+    static SCHEDULER: Cell<*const Scheduler> = const { Cell::new(std::ptr::null()) };
+}
+
+/// Calls `f` with this thread's scheduler.
+///
+/// # Panics
+/// Outside a runtime, naming `what` and saying how to fix it.
+pub(crate) fn with_scheduler<R>(what: &str, f: impl FnOnce(&Scheduler) -> R) -> R {
+    let scheduler = SCHEDULER.get();
+    if scheduler.is_null() {
+        panic!(
+            "{what} called outside a greenweave runtime; wrap the code in greenweave::run \
+             (or Runtime::run) and call it from a green thread"
+        );
+    }
+    // SAFETY: the pointer is set only while `Scheduler::enter`'s guard lives, during which the
+    // scheduler is alive (it is owned by the frame that holds the guard).
+    f(unsafe { &*scheduler })
+}
+
+/// Whether this thread is inside a runtime.
+pub(crate) fn in_runtime() -> bool {
+    !SCHEDULER.get().is_null()
+}
+
+/// Resets the thread's scheduler pointer when `run` ends, normally or by panic.
+struct EnterGuard;
+
+impl Drop for EnterGuard {
+    fn drop(&mut self) {
+        SCHEDULER.set(std::ptr::null());
+    }
+}
+
+impl Scheduler {
+    pub(crate) fn new(default_stack_size: usize) -> io::Result<Rc<Scheduler>> {
+        let reactor = Rc::new(Reactor::new()?);
+        let remote = Arc::new(RemoteQueue {
+            eventfd: EventFd::new()?,
+            woken: Mutex::new(Vec::new()),
+        });
+        reactor.register_remote(std::os::fd::AsRawFd::as_raw_fd(&remote.eventfd))?;
+        Ok(Rc::new(Scheduler {
+            reactor,
+            remote,
+            remote_pending: Cell::new(0),
+            ready: RefCell::new(VecDeque::new()),
+            current: RefCell::new(None),
+            tasks: RefCell::new(HashMap::new()),
+            timers: RefCell::new(super::timer::Timers::default()),
+            next_id: Cell::new(1),
+            runs_since_poll: Cell::new(0),
+            shutting_down: Cell::new(false),
+            default_stack_size,
+        }))
+    }
+
+    /// Makes this the thread's scheduler until the guard drops.
+    fn enter(&self) -> EnterGuard {
+        if in_runtime() {
+            panic!(
+                "greenweave::run called inside a greenweave runtime; spawn a green thread \
+                 (greenweave::spawn) instead of starting a runtime within one"
+            );
+        }
+        SCHEDULER.set(self);
+        EnterGuard
+    }
+
+    /// Creates a task running `body` on `stack` and queues it.
+    pub(crate) fn spawn_task(
+        &self,
+        name: Option<Box<str>>,
+        stack: Stack,
+        body: impl FnOnce() + 'static,
+    ) -> Rc<Task> {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        let coroutine = TaskCoroutine::with_stack(stack, move |yielder, _first_wake| {
+            with_scheduler("a green thread", |scheduler| {
+                scheduler.current_task().yielder.set(yielder);
+            });
+            body();
+        });
+        let task = Rc::new(Task::new(id, name, coroutine));
+        self.tasks.borrow_mut().insert(id, task.clone());
+        self.ready.borrow_mut().push_back(task.clone());
+        task
+    }
+
+    /// The running task.
+    pub(crate) fn current_task(&self) -> Rc<Task> {
+        self.current
+            .borrow()
+            .clone()
+            .expect("greenweave: this code must run on a green thread, not the scheduler")
+    }
+
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        self.shutting_down.get()
+    }
+
+    /// Makes `task` runnable if it is still in park number `park`, with `wake` as the reason.
+    pub(crate) fn unpark(&self, task: Rc<Task>, park: u64, wake: Wake) {
+        if task.is_in_park(park) {
+            task.state.set(TaskState::Runnable);
+            task.wake.set(wake);
+            *task.waiting.borrow_mut() = None;
+            self.ready.borrow_mut().push_back(task);
+        }
+    }
+
+    /// Runs tasks until `done()` is true.
+    ///
+    /// # Panics
+    /// With the deadlock report if every remaining task is parked and nothing can wake one.
+    fn run_until(&self, done: impl Fn() -> bool) {
+        loop {
+            // One round: the tasks ready now, in order. A task that yields goes to the back and
+            // runs in the next round, after I/O has had a chance.
+            let mut round = self.ready.borrow().len();
+            while round > 0 {
+                round -= 1;
+                let Some(task) = self.ready.borrow_mut().pop_front() else {
+                    break;
+                };
+                self.run_task(task);
+                if done() {
+                    return;
+                }
+                let runs = self.runs_since_poll.get() + 1;
+                self.runs_since_poll.set(runs);
+                if runs >= RUNS_BETWEEN_POLLS {
+                    self.poll(Some(Duration::ZERO));
+                }
+            }
+            if done() {
+                return;
+            }
+            self.fire_timers();
+            if !self.ready.borrow().is_empty() {
+                self.poll(Some(Duration::ZERO));
+                continue;
+            }
+            let next_deadline = self.timers.borrow_mut().next_deadline();
+            let timeout =
+                next_deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
+            if timeout.is_none() && !self.can_anything_wake() {
+                panic!("{}", self.deadlock_report());
+            }
+            self.poll(timeout);
+            self.fire_timers();
+        }
+    }
+
+    fn run_task(&self, task: Rc<Task>) {
+        task.state.set(TaskState::Running);
+        let wake = task.wake.replace(Wake::Notified);
+        *self.current.borrow_mut() = Some(task.clone());
+        let outcome = {
+            let mut coroutine = task.coroutine.borrow_mut();
+            let coroutine = coroutine
+                .as_mut()
+                .expect("a runnable task has its coroutine");
+            coroutine.resume(wake)
+        };
+        *self.current.borrow_mut() = None;
+        match outcome {
+            CoroutineResult::Yield(()) => self.arm_park(task),
+            CoroutineResult::Return(()) => self.finish(task),
+        }
+    }
+
+    /// Arms what a task asked for when it parked, now that its switch out is complete.
+    fn arm_park(&self, task: Rc<Task>) {
+        let request = task
+            .park_request
+            .take()
+            .expect("a green thread suspends only through park");
+        let park = task.park_number.get();
+        if let Wait::Yield = request.wait {
+            task.state.set(TaskState::Runnable);
+            self.ready.borrow_mut().push_back(task);
+            return;
+        }
+        task.state.set(TaskState::Parked);
+        if let (Some(io), Wait::Io { interest, .. }) = (&request.io, &request.wait) {
+            io.add_waiter(*interest, task.clone(), park);
+        }
+        if let Some(deadline) = request.deadline {
+            self.timers
+                .borrow_mut()
+                .insert(deadline, task.clone(), park);
+        }
+        *task.waiting.borrow_mut() = Some((request.wait, request.deadline.is_some()));
+    }
+
+    fn finish(&self, task: Rc<Task>) {
+        task.state.set(TaskState::Finished);
+        // Dropping the finished coroutine returns its stack to the pool now, not when the last
+        // JoinHandle goes.
+        drop(task.coroutine.borrow_mut().take());
+        self.tasks.borrow_mut().remove(&task.id);
+        if let Some((joiner, park)) = task.joiner.borrow_mut().take() {
+            self.unpark(joiner, park, Wake::Notified);
+        }
+    }
+
+    fn fire_timers(&self) {
+        let now = Instant::now();
+        let mut due = Vec::new();
+        self.timers
+            .borrow_mut()
+            .expire(now, |task, park| due.push((task, park)));
+        for (task, park) in due {
+            self.unpark(task, park, Wake::TimedOut);
+        }
+    }
+
+    /// Polls the reactor (and the remote queue) and makes woken tasks runnable.
+    fn poll(&self, timeout: Option<Duration>) {
+        self.runs_since_poll.set(0);
+        let mut woken = Vec::new();
+        let remote = self
+            .reactor
+            .poll(timeout, |task, park| woken.push((task, park)))
+            .unwrap_or_else(|error| panic!("greenweave: epoll_wait failed: {error}"));
+        for (task, park) in woken {
+            self.unpark(task, park, Wake::Notified);
+        }
+        if remote {
+            self.remote.eventfd.drain();
+            let woken = std::mem::take(
+                &mut *self
+                    .remote
+                    .woken
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            );
+            for (task_id, park) in woken {
+                let task = self.tasks.borrow().get(&task_id).cloned();
+                if let Some(task) = task {
+                    self.unpark(task, park, Wake::Notified);
+                }
+            }
+        }
+    }
+
+    /// Whether a parked task can be woken by something other than a green thread.
+    fn can_anything_wake(&self) -> bool {
+        self.remote_pending.get() > 0
+            || self
+                .tasks
+                .borrow()
+                .values()
+                .any(|task| match &*task.waiting.borrow() {
+                    Some((wait, has_deadline)) => wait.can_end_by_itself(*has_deadline),
+                    None => task.state.get() != TaskState::Parked,
+                })
+    }
+
+    fn deadlock_report(&self) -> String {
+        let mut tasks: Vec<Rc<Task>> = self.tasks.borrow().values().cloned().collect();
+        tasks.sort_by_key(|task| task.id);
+        let mut report = String::from(
+            "greenweave: deadlock: every green thread is parked and nothing can wake any of \
+             them (no timer, no I/O wait, no other OS thread):",
+        );
+        for task in tasks {
+            let waiting = match &*task.waiting.borrow() {
+                Some((wait, _)) => wait.to_string(),
+                None => "not parked".to_owned(),
+            };
+            report.push_str(&format!("\n  green thread {}: {waiting}", task.describe()));
+        }
+        report
+    }
+
+    /// Ends every task still alive: each is cancelled (woken with `Cancelled`, so it unwinds
+    /// from its park point and its destructors run), and any that will not finish is dropped,
+    /// which force-unwinds its stack.
+    fn shutdown(&self) {
+        self.shutting_down.set(true);
+        for _ in 0..3 {
+            let tasks: Vec<Rc<Task>> = self.tasks.borrow().values().cloned().collect();
+            if tasks.is_empty() {
+                break;
+            }
+            for task in tasks {
+                task.cancel_requested.set(true);
+                if task.state.get() == TaskState::Parked {
+                    self.unpark(task.clone(), task.park_number.get(), Wake::Cancelled);
+                }
+            }
+            while let Some(task) = self.ready.borrow_mut().pop_front() {
+                if task.state.get() != TaskState::Finished {
+                    self.run_task(task);
+                }
+            }
+        }
+        self.timers.borrow_mut().clear();
+        let leftovers: Vec<Rc<Task>> = self
+            .tasks
+            .borrow_mut()
+            .drain()
+            .map(|(_, task)| task)
+            .collect();
+        for task in leftovers {
+            drop(task.coroutine.borrow_mut().take());
+        }
+        self.ready.borrow_mut().clear();
+    }
+}
+
+/// Runs `main` as the first green thread of a new scheduler on this OS thread, then ends the
+/// remaining green threads, and returns what `main` returned (or re-raises its panic).
+pub(crate) fn run_main<T: 'static>(
+    default_stack_size: usize,
+    main: impl FnOnce() -> T + 'static,
+) -> T {
+    let scheduler = Scheduler::new(default_stack_size)
+        .unwrap_or_else(|error| panic!("greenweave: could not start a runtime: {error}"));
+    let _entered = scheduler.enter();
+    let outcome: Rc<RefCell<Option<std::thread::Result<T>>>> = Rc::new(RefCell::new(None));
+    let slot = outcome.clone();
+    let stack = Stack::new(default_stack_size)
+        .unwrap_or_else(|error| panic!("greenweave: could not start a runtime: {error}"));
+    let main_task = scheduler.spawn_task(Some("main".into()), stack, move || {
+        *slot.borrow_mut() = Some(panic::catch_unwind(AssertUnwindSafe(main)));
+    });
+    let finished = || main_task.state.get() == TaskState::Finished;
+    let run = panic::catch_unwind(AssertUnwindSafe(|| scheduler.run_until(finished)));
+    scheduler.shutdown();
+    if let Err(payload) = run {
+        panic::resume_unwind(payload);
+    }
+    match outcome
+        .borrow_mut()
+        .take()
+        .expect("the main green thread finished")
+    {
+        Ok(value) => value,
+        Err(payload) if payload.is::<Cancelled>() => {
+            panic!("greenweave: the main green thread was cancelled")
+        }
+        Err(payload) => panic::resume_unwind(payload),
+    }
+}
+
+/// Parks the running green thread until something wakes it or `deadline` passes.
+///
+/// `register` runs with the task and its new park number before the switch, for waits whose
+/// waker is another green thread (a joiner slot, a lock's queue): nothing else can run until
+/// the switch, so registering then cannot race. Timers and fd waits in `request` are armed by
+/// the scheduler after the switch.
+///
+/// Returns why it woke. Every park is a cancellation point: if the green thread has been
+/// cancelled (or the runtime is shutting down), this raises the cancellation (an unwind caught
+/// at the green thread's root) instead of parking or returning, unless the thread is already
+/// unwinding, in which case it returns [`Wake::Cancelled`] at once without parking.
+pub(crate) fn park(
+    what: &str,
+    wait: Wait,
+    deadline: Option<Instant>,
+    io: Option<Rc<ScheduledIo>>,
+    register: impl FnOnce(&Rc<Task>, u64),
+) -> Wake {
+    let (task, shutting_down) = with_scheduler(what, |scheduler| {
+        (scheduler.current_task(), scheduler.is_shutting_down())
+    });
+    if shutting_down || task.cancel_requested.get() {
+        if std::thread::panicking() {
+            return Wake::Cancelled;
+        }
+        panic::resume_unwind(Box::new(Cancelled));
+    }
+    let yielder = task.yielder.get();
+    let park = task.park_number.get() + 1;
+    task.park_number.set(park);
+    register(&task, park);
+    *task.park_request.borrow_mut() = Some(ParkRequest { wait, deadline, io });
+    drop(task);
+    // SAFETY: the yielder was set by this green thread's body when it started and lives in
+    // its root frame, which is alive (we are running on this stack).
+    let wake = unsafe { &*yielder }.suspend(());
+    if wake == Wake::Cancelled && !std::thread::panicking() {
+        panic::resume_unwind(Box::new(Cancelled));
+    }
+    wake
+}

@@ -1,0 +1,23 @@
+//! Thin, safe wrappers over the Linux system calls the runtime needs.
+//!
+//! Owns: `epoll` (one instance per runtime), `eventfd` (the runtime's wake-up line from other
+//! OS threads), and the conversions between `std::net::SocketAddr` and `sockaddr` that a
+//! non-blocking `connect` needs. Each wrapper returns `io::Result` and retries `EINTR` where
+//! retrying is the only sensible answer.
+//!
+//! May not: know about tasks, wakers or scheduling; callers decide what readiness means.
+
+pub(crate) mod epoll;
+pub(crate) mod eventfd;
+pub(crate) mod socket;
+
+use std::io;
+
+/// Turns a `-1` return into the `errno` error.
+pub(crate) fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc == -1 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}

@@ -1,0 +1,393 @@
+//! Green threads, in the shape of `std::thread`: [`spawn`], [`Builder`], [`JoinHandle`],
+//! [`sleep`], [`yield_now`], [`current`].
+//!
+//! Every function here must be called from a green thread, that is, inside
+//! [`greenweave::run`](crate::run); outside one it panics with a message that says so.
+//!
+//! A green thread runs until it parks: on a socket that would block, a [`sleep`], a
+//! [`JoinHandle::join`], a [`yield_now`]. Then the scheduler runs the next ready one on the same
+//! OS thread. Green threads never move to another OS thread, so nothing here needs `Send`.
+
+use std::any::Any;
+use std::cell::RefCell;
+use std::fmt;
+use std::io;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use crate::runtime::scheduler::{self, Cancelled, with_scheduler};
+use crate::runtime::task::{Task, TaskState, Wait, Wake};
+use crate::stack::{Stack, pool};
+
+/// Spawns a green thread running `f` with the runtime's default stack, and returns a handle to
+/// join it.
+///
+/// # Panics
+/// Outside a runtime, or if no stack can be mapped ([`Builder::spawn`] returns that error
+/// instead).
+///
+/// # Examples
+///
+/// ```
+/// greenweave::run(|| {
+///     let handle = greenweave::spawn(|| "hello from a green thread");
+///     assert_eq!(handle.join().unwrap(), "hello from a green thread");
+/// });
+/// ```
+pub fn spawn<T: 'static>(f: impl FnOnce() -> T + 'static) -> JoinHandle<T> {
+    Builder::new()
+        .spawn_named("greenweave::spawn", f)
+        .unwrap_or_else(|error| {
+            panic!("greenweave::spawn: could not create a green thread: {error}")
+        })
+}
+
+/// Spawns a green thread that sleeps for `delay` and then runs `f`.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+///
+/// greenweave::run(|| {
+///     let start = Instant::now();
+///     let later = greenweave::thread::spawn_after(Duration::from_millis(10), || 7);
+///     assert_eq!(later.join().unwrap(), 7);
+///     assert!(start.elapsed() >= Duration::from_millis(10));
+/// });
+/// ```
+pub fn spawn_after<T: 'static>(delay: Duration, f: impl FnOnce() -> T + 'static) -> JoinHandle<T> {
+    spawn(move || {
+        sleep(delay);
+        f()
+    })
+}
+
+/// Settings for a new green thread: a name and a stack size, as `std::thread::Builder`.
+///
+/// ```
+/// greenweave::run(|| {
+///     let handle = greenweave::thread::Builder::new()
+///         .name("worker".into())
+///         .stack_size(64 * 1024)
+///         .spawn(|| greenweave::thread::current().name().map(str::to_owned))
+///         .unwrap();
+///     assert_eq!(handle.join().unwrap().as_deref(), Some("worker"));
+/// });
+/// ```
+#[derive(Debug, Default)]
+pub struct Builder {
+    name: Option<String>,
+    stack_size: Option<usize>,
+}
+
+impl Builder {
+    /// Default settings: unnamed, the runtime's stack size.
+    pub fn new() -> Builder {
+        Builder::default()
+    }
+
+    /// Names the green thread (shown in panics' deadlock reports and by [`current`]).
+    pub fn name(mut self, name: String) -> Builder {
+        self.name = Some(name);
+        self
+    }
+
+    /// The green thread's usable stack size in bytes (rounded up to pages). Stacks of the
+    /// default size come from a per-thread pool; others are mapped for this green thread.
+    pub fn stack_size(mut self, bytes: usize) -> Builder {
+        self.stack_size = Some(bytes);
+        self
+    }
+
+    /// Spawns the green thread.
+    ///
+    /// # Errors
+    /// Those of [`Stack::new`](crate::Stack::new): `InvalidInput` for a size of 0,
+    /// `OutOfMemory` when the kernel refuses the mapping (often `vm.max_map_count`).
+    ///
+    /// # Panics
+    /// Outside a runtime.
+    pub fn spawn<T: 'static>(self, f: impl FnOnce() -> T + 'static) -> io::Result<JoinHandle<T>> {
+        self.spawn_named("greenweave::thread::Builder::spawn", f)
+    }
+
+    fn spawn_named<T: 'static>(
+        self,
+        what: &str,
+        f: impl FnOnce() -> T + 'static,
+    ) -> io::Result<JoinHandle<T>> {
+        with_scheduler(what, |scheduler| {
+            let size = self.stack_size.unwrap_or(scheduler.default_stack_size);
+            let stack = if size == Stack::DEFAULT_SIZE {
+                pool::take_default()?
+            } else {
+                Stack::new(size)?
+            };
+            let packet: Rc<Packet<T>> = Rc::new(RefCell::new(None));
+            let slot = packet.clone();
+            let body = move || {
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+                    .map_err(JoinError::from_payload);
+                *slot.borrow_mut() = Some(result);
+            };
+            let task = scheduler.spawn_task(self.name.map(String::into_boxed_str), stack, body);
+            Ok(JoinHandle { task, packet })
+        })
+    }
+}
+
+type Packet<T> = RefCell<Option<Result<T, JoinError>>>;
+
+/// Why a green thread has no result: it panicked, or it was cancelled.
+pub enum JoinError {
+    /// The green thread panicked; this is the payload, as `std::thread::JoinHandle::join`
+    /// returns it.
+    Panicked(Box<dyn Any + Send + 'static>),
+    /// [`JoinHandle::cancel`] unwound it (or it was still running when the runtime ended).
+    Cancelled,
+}
+
+impl JoinError {
+    fn from_payload(payload: Box<dyn Any + Send + 'static>) -> JoinError {
+        if payload.is::<Cancelled>() {
+            JoinError::Cancelled
+        } else {
+            JoinError::Panicked(payload)
+        }
+    }
+
+    /// Whether the green thread panicked.
+    pub fn is_panic(&self) -> bool {
+        matches!(self, JoinError::Panicked(_))
+    }
+
+    /// Whether the green thread was cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self, JoinError::Cancelled)
+    }
+
+    /// The panic payload, if it panicked (to re-raise it with `std::panic::resume_unwind`).
+    pub fn into_panic(self) -> Option<Box<dyn Any + Send + 'static>> {
+        match self {
+            JoinError::Panicked(payload) => Some(payload),
+            JoinError::Cancelled => None,
+        }
+    }
+
+    /// The panic message, if it panicked with a string (as `panic!` does).
+    pub fn panic_message(&self) -> Option<&str> {
+        match self {
+            JoinError::Panicked(payload) => payload
+                .downcast_ref::<&str>()
+                .copied()
+                .or_else(|| payload.downcast_ref::<String>().map(String::as_str)),
+            JoinError::Cancelled => None,
+        }
+    }
+}
+
+impl fmt::Debug for JoinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JoinError::Panicked(_) => match self.panic_message() {
+                Some(message) => write!(f, "Panicked({message:?})"),
+                None => f.write_str("Panicked(..)"),
+            },
+            JoinError::Cancelled => f.write_str("Cancelled"),
+        }
+    }
+}
+
+impl fmt::Display for JoinError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JoinError::Panicked(_) => match self.panic_message() {
+                Some(message) => write!(f, "green thread panicked: {message}"),
+                None => f.write_str("green thread panicked"),
+            },
+            JoinError::Cancelled => f.write_str("green thread was cancelled"),
+        }
+    }
+}
+
+impl std::error::Error for JoinError {}
+
+/// An owned permission to join a green thread (wait for it and take its result).
+///
+/// Dropping the handle detaches the green thread: it runs on, and its result is dropped.
+pub struct JoinHandle<T> {
+    task: Rc<Task>,
+    packet: Rc<Packet<T>>,
+}
+
+impl<T> JoinHandle<T> {
+    /// Waits (parking only this green thread) for the green thread to finish and returns its
+    /// result: `Ok` with its return value, `Err(JoinError::Panicked)` with its panic payload,
+    /// or `Err(JoinError::Cancelled)`.
+    ///
+    /// # Panics
+    /// If a green thread joins itself, or outside a runtime.
+    pub fn join(self) -> Result<T, JoinError> {
+        loop {
+            if let Some(result) = self.packet.borrow_mut().take() {
+                return result;
+            }
+            let me = with_scheduler("JoinHandle::join", |scheduler| scheduler.current_task());
+            if Rc::ptr_eq(&me, &self.task) {
+                panic!("greenweave: a green thread cannot join itself (it would wait forever)");
+            }
+            drop(me);
+            scheduler::park(
+                "JoinHandle::join",
+                Wait::Join(self.task.id),
+                None,
+                None,
+                |me, park| {
+                    *self.task.joiner.borrow_mut() = Some((me.clone(), park));
+                },
+            );
+        }
+    }
+
+    /// Whether the green thread has finished (returned, panicked or been cancelled), so that
+    /// [`join`](JoinHandle::join) will not wait.
+    pub fn is_finished(&self) -> bool {
+        self.packet.borrow().is_some()
+    }
+
+    /// Cancels the green thread, as gevent's `kill`: at its next park point (or at once, if it
+    /// is parked) it unwinds, running its destructors, and its result becomes
+    /// `Err(JoinError::Cancelled)`. A green thread that has not started never runs. Does not
+    /// wait; [`join`](JoinHandle::join) to wait.
+    pub fn cancel(&self) {
+        if self.task.state.get() == TaskState::Finished {
+            return;
+        }
+        self.task.cancel_requested.set(true);
+        if self.task.state.get() == TaskState::Parked {
+            with_scheduler("JoinHandle::cancel", |scheduler| {
+                scheduler.unpark(
+                    self.task.clone(),
+                    self.task.park_number.get(),
+                    Wake::Cancelled,
+                )
+            });
+        }
+    }
+
+    /// The green thread's identity.
+    pub fn thread(&self) -> Thread {
+        Thread::of(&self.task)
+    }
+}
+
+impl<T> fmt::Debug for JoinHandle<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JoinHandle")
+            .field("thread", &self.thread())
+            .field("finished", &self.is_finished())
+            .finish()
+    }
+}
+
+/// A green thread's identity: its id and name, as `std::thread::Thread`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Thread {
+    id: ThreadId,
+    name: Option<Rc<str>>,
+}
+
+impl Thread {
+    fn of(task: &Task) -> Thread {
+        Thread {
+            id: ThreadId(task.id),
+            name: task.name.as_deref().map(Rc::from),
+        }
+    }
+
+    /// The id, unique within its runtime; the main green thread's is 1.
+    pub fn id(&self) -> ThreadId {
+        self.id
+    }
+
+    /// The name given with [`Builder::name`]; `Some("main")` for the main green thread.
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+}
+
+/// A green thread's id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ThreadId(u64);
+
+impl ThreadId {
+    /// The id as a number.
+    pub fn as_u64(self) -> u64 {
+        self.0
+    }
+}
+
+/// The running green thread.
+///
+/// # Panics
+/// Outside a runtime.
+pub fn current() -> Thread {
+    with_scheduler("greenweave::thread::current", |scheduler| {
+        Thread::of(&scheduler.current_task())
+    })
+}
+
+/// Lets every other ready green thread run, then continues. A cancellation point.
+///
+/// # Panics
+/// Outside a runtime.
+pub fn yield_now() {
+    scheduler::park(
+        "greenweave::thread::yield_now",
+        Wait::Yield,
+        None,
+        None,
+        |_, _| {},
+    );
+}
+
+/// Parks this green thread for at least `duration`; the others run meanwhile.
+///
+/// # Panics
+/// Outside a runtime.
+///
+/// ```
+/// use std::time::{Duration, Instant};
+///
+/// greenweave::run(|| {
+///     let start = Instant::now();
+///     greenweave::thread::sleep(Duration::from_millis(5));
+///     assert!(start.elapsed() >= Duration::from_millis(5));
+/// });
+/// ```
+pub fn sleep(duration: Duration) {
+    match Instant::now().checked_add(duration) {
+        Some(deadline) => sleep_until_named("greenweave::thread::sleep", deadline),
+        // Too far to represent: park with no deadline would be reported as a deadlock, so
+        // sleep in the longest steps there are.
+        None => loop {
+            sleep_until_named(
+                "greenweave::thread::sleep",
+                Instant::now() + Duration::from_secs(u32::MAX.into()),
+            );
+        },
+    }
+}
+
+/// Parks this green thread until `deadline` (returns at once if it has passed).
+///
+/// # Panics
+/// Outside a runtime.
+pub fn sleep_until(deadline: Instant) {
+    sleep_until_named("greenweave::thread::sleep_until", deadline);
+}
+
+fn sleep_until_named(what: &str, deadline: Instant) {
+    while Instant::now() < deadline {
+        scheduler::park(what, Wait::Sleep, Some(deadline), None, |_, _| {});
+    }
+}
