@@ -74,6 +74,16 @@ const ROWS: &[Row] = &[
         run: greenlet_round_trips,
     },
     Row {
+        name: "scheduler yield_now round trip (2 green threads)",
+        iterations: 1_000_000,
+        run: yield_round_trips,
+    },
+    Row {
+        name: "green thread spawn+join (trivial body)",
+        iterations: 500_000,
+        run: green_spawn_joins,
+    },
+    Row {
         name: "OS thread round trip (mpsc, 2 threads)",
         iterations: 1_000,
         run: thread_round_trips,
@@ -161,6 +171,38 @@ fn greenlet_round_trips(iterations: u64) -> Duration {
     // Dropping the last handle to the suspended greenlet unwinds it; not part of the timing.
     drop(echo);
     elapsed
+}
+
+/// Two green threads that both loop on `yield_now`: one iteration is one yield by each, so
+/// two trips through the scheduler's ready queue. Timed inside the runtime, from the main
+/// green thread, so runtime start-up and shutdown are not counted.
+fn yield_round_trips(iterations: u64) -> Duration {
+    greenweave::run(move || {
+        let partner = greenweave::spawn(move || {
+            for _ in 0..iterations {
+                greenweave::thread::yield_now();
+            }
+        });
+        let start = Instant::now();
+        for _ in 0..iterations {
+            greenweave::thread::yield_now();
+        }
+        let elapsed = start.elapsed();
+        partner.join().expect("the partner only yields");
+        elapsed
+    })
+}
+
+/// Spawn a green thread with a trivial body (default stack, from the pool) and join it.
+fn green_spawn_joins(iterations: u64) -> Duration {
+    greenweave::run(move || {
+        let start = Instant::now();
+        for i in 0..iterations {
+            let handle = greenweave::spawn(move || black_box(i));
+            black_box(handle.join().expect("the body cannot panic"));
+        }
+        start.elapsed()
+    })
 }
 
 /// Ping-pong one word between this thread and an echo thread over a pair of `mpsc` channels:

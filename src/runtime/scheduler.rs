@@ -186,11 +186,11 @@ impl Scheduler {
     /// With the deadlock report if every remaining task is parked and nothing can wake one.
     fn run_until(&self, done: impl Fn() -> bool) {
         loop {
-            // One round: the tasks ready now, in order. A task that yields goes to the back and
-            // runs in the next round, after I/O has had a chance.
-            let mut round = self.ready.borrow().len();
-            while round > 0 {
-                round -= 1;
+            // Run ready tasks in FIFO order; a task that yields goes to the back. Every
+            // RUNS_BETWEEN_POLLS runs, timers and I/O get a turn even if the queue never
+            // empties, so `yield_now` loops cannot starve them (and a busy queue does not pay a
+            // system call per task).
+            loop {
                 let Some(task) = self.ready.borrow_mut().pop_front() else {
                     break;
                 };
@@ -201,15 +201,13 @@ impl Scheduler {
                 let runs = self.runs_since_poll.get() + 1;
                 self.runs_since_poll.set(runs);
                 if runs >= RUNS_BETWEEN_POLLS {
+                    self.fire_timers();
                     self.poll(Some(Duration::ZERO));
                 }
             }
-            if done() {
-                return;
-            }
+            // Nothing is ready: wait for I/O until the nearest deadline.
             self.fire_timers();
             if !self.ready.borrow().is_empty() {
-                self.poll(Some(Duration::ZERO));
                 continue;
             }
             let next_deadline = self.timers.borrow_mut().next_deadline();
