@@ -5,7 +5,7 @@
 //! signal stack for threads that have none.
 //!
 //! A fault inside one of our guard pages prints
-//! `green thread '<unnamed>' on thread '<os thread>' has overflowed its stack (<size> KiB)` and
+//! `green thread '<name>' on thread '<os thread>' has overflowed its stack (<size> KiB)` and
 //! aborts, like std's report for an OS thread. Any other fault goes to the handler that was
 //! installed before ours (std's, which reports main-thread and std-thread overflows), or to the
 //! default action.
@@ -18,6 +18,7 @@ use core::ffi::{c_int, c_void};
 use core::mem::MaybeUninit;
 use core::ptr;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::{Mutex, MutexGuard, Once, OnceLock, TryLockError};
 
 use memmap2::MmapOptions;
@@ -32,6 +33,22 @@ struct GuardPage {
 
 /// Live guard pages, keyed by their first byte. Written when a stack is mapped or unmapped.
 static GUARDS: Mutex<BTreeMap<usize, GuardPage>> = Mutex::new(BTreeMap::new());
+
+/// Names the green thread running on the calling OS thread, if a layer above knows one.
+///
+/// # Safety
+/// Called from the signal handler: it must be async-signal-safe (no allocation, no locks) and
+/// return bytes that stay valid while the faulting green thread exists.
+pub(crate) type GreenNameSource = unsafe fn() -> Option<&'static [u8]>;
+
+/// The registered [`GreenNameSource`] (null: none). Set by the runtime when it starts.
+static GREEN_NAME_SOURCE: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Lets the overflow report name the green thread: the runtime registers a function that reads
+/// its current task's name.
+pub(crate) fn set_green_name_source(source: GreenNameSource) {
+    GREEN_NAME_SOURCE.store(source as *mut (), Ordering::Release);
+}
 
 /// The actions installed for SIGSEGV and SIGBUS before ours, to forward other faults to.
 static PREVIOUS_SEGV: OnceLock<libc::sigaction> = OnceLock::new();
@@ -165,7 +182,18 @@ fn forward(signal: c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
 fn report_overflow_and_abort(stack_bytes: usize) -> ! {
     let mut thread_name = [0u8; 64];
     let mut message = MessageBuffer::new();
-    message.push(b"\ngreen thread '<unnamed>' on thread '");
+    message.push(b"\ngreen thread '");
+    let green_name = GREEN_NAME_SOURCE.load(Ordering::Acquire);
+    let green_name = if green_name.is_null() {
+        None
+    } else {
+        // SAFETY: only `set_green_name_source` stores here, always a `GreenNameSource`.
+        let source: GreenNameSource = unsafe { core::mem::transmute(green_name) };
+        // SAFETY: the source's contract: async-signal-safe, valid for the current thread.
+        unsafe { source() }
+    };
+    message.push(green_name.unwrap_or(b"<unnamed>"));
+    message.push(b"' on thread '");
     message.push(os_thread_name(&mut thread_name));
     message.push(b"' has overflowed its stack (");
     message.push_decimal(stack_bytes / 1024);

@@ -125,6 +125,41 @@ fn overflowing_a_coroutine_on_an_unnamed_thread_names_it_unnamed_as_std_does() {
 }
 
 #[test]
+fn overflowing_a_named_green_thread_reports_its_name() {
+    let outcome = run_in_child("overflowing_a_named_green_thread_reports_its_name", || {
+        thread::Builder::new()
+            .name("runtime-thread".to_owned())
+            .spawn(|| {
+                greenweave::run(|| {
+                    greenweave::thread::Builder::new()
+                        .name("deep-recursion".to_owned())
+                        .stack_size(64 * 1024)
+                        .spawn(|| recurse_forever(0))
+                        .unwrap()
+                        .join()
+                        .unwrap()
+                })
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+    });
+    assert_eq!(
+        outcome.signal(),
+        Some(libc::SIGABRT),
+        "{}",
+        outcome.describe()
+    );
+    let expected = "green thread 'deep-recursion' on thread 'runtime-thread' has overflowed its \
+                    stack (64 KiB)";
+    assert!(
+        outcome.stderr.contains(expected),
+        "stderr should contain {expected:?}\n{}",
+        outcome.describe()
+    );
+}
+
+#[test]
 fn a_null_pointer_write_still_dies_of_sigsegv_once_the_handler_is_installed() {
     let outcome = run_in_child(
         "a_null_pointer_write_still_dies_of_sigsegv_once_the_handler_is_installed",

@@ -93,6 +93,27 @@ pub(crate) fn in_runtime() -> bool {
     !SCHEDULER.get().is_null()
 }
 
+/// The running green thread's name, for the stack-overflow report.
+///
+/// # Safety
+/// Called from the SIGSEGV handler on the faulting thread: reads the thread-local scheduler
+/// pointer and the current task's (immutable) name without borrowing or allocating. The fault
+/// interrupted the green thread that owns the name, so it is alive while the report is written.
+unsafe fn current_green_name() -> Option<&'static [u8]> {
+    let scheduler = SCHEDULER.get();
+    if scheduler.is_null() {
+        return None;
+    }
+    // SAFETY: see above; `as_ptr` reads the cell without touching its borrow flag, and the
+    // running task is not being modified while its own code faults.
+    unsafe {
+        let current = &*(*scheduler).current.as_ptr();
+        let task: &Task = current.as_deref()?;
+        let name: &str = task.name.as_deref()?;
+        Some(&*(name.as_bytes() as *const [u8]))
+    }
+}
+
 /// Resets the thread's scheduler pointer when `run` ends, normally or by panic.
 struct EnterGuard;
 
@@ -127,6 +148,7 @@ impl Scheduler {
 
     /// Makes this the thread's scheduler until the guard drops.
     fn enter(&self) -> EnterGuard {
+        crate::overflow::set_green_name_source(current_green_name);
         if in_runtime() {
             panic!(
                 "greenweave::run called inside a greenweave runtime; spawn a green thread \
