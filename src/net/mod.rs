@@ -9,8 +9,10 @@
 //! address parameters are `ToSocketAddrs + Sync` where std's are only `ToSocketAddrs`.
 
 mod tcp;
+mod udp;
 
 pub use tcp::{Incoming, TcpListener, TcpStream};
+pub use udp::UdpSocket;
 
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
