@@ -44,6 +44,7 @@ mod fiber;
 pub mod greenlet;
 pub mod io;
 pub mod net;
+pub mod os;
 mod overflow;
 pub mod runtime;
 mod stack;

@@ -1,9 +1,13 @@
-//! Non-blocking socket creation and `connect`, which std only offers in blocking form.
+//! Non-blocking socket creation and `connect`, which std only offers in blocking form, for
+//! inet sockets (`std::net::SocketAddr`) and Unix-domain ones (`std::os::unix::net::SocketAddr`).
 
 use std::io;
 use std::mem;
 use std::net::SocketAddr;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::SocketAddr as UnixSocketAddr;
 
 use super::check;
 
@@ -44,6 +48,41 @@ pub(crate) fn to_raw(addr: &SocketAddr) -> (libc::sockaddr_storage, libc::sockle
     (storage, len as libc::socklen_t)
 }
 
+/// A `sockaddr_un` for a Unix-domain address (a path or, on Linux, an abstract name), with
+/// its length.
+///
+/// # Errors
+/// `InvalidInput` for an unnamed address, which nothing can connect or send to.
+pub(crate) fn unix_to_raw(
+    addr: &UnixSocketAddr,
+) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
+    // SAFETY: sockaddr_un is plain data for which all zeroes is a valid value.
+    let mut raw: libc::sockaddr_un = unsafe { mem::zeroed() };
+    raw.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    // A path is written NUL-terminated; an abstract name after a leading NUL, unterminated.
+    let (skip, name, terminator) = if let Some(path) = addr.as_pathname() {
+        (0, path.as_os_str().as_bytes(), 1)
+    } else if let Some(name) = addr.as_abstract_name() {
+        (1, name, 0)
+    } else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "an unnamed Unix socket address cannot be connected or sent to; \
+             use the address of a socket bound to a path or an abstract name",
+        ));
+    };
+    // std's SocketAddr already guarantees this; a failure here is a bug, not bad input.
+    assert!(
+        skip + name.len() + terminator <= raw.sun_path.len(),
+        "a std Unix SocketAddr fits in sun_path"
+    );
+    for (slot, byte) in raw.sun_path[skip..].iter_mut().zip(name) {
+        *slot = *byte as libc::c_char;
+    }
+    let len = mem::offset_of!(libc::sockaddr_un, sun_path) + skip + name.len() + terminator;
+    Ok((raw, len as libc::socklen_t))
+}
+
 /// A new non-blocking, close-on-exec stream socket of `addr`'s family.
 pub(crate) fn stream_socket_for(addr: &SocketAddr) -> io::Result<OwnedFd> {
     let family = if addr.is_ipv4() {
@@ -51,14 +90,19 @@ pub(crate) fn stream_socket_for(addr: &SocketAddr) -> io::Result<OwnedFd> {
     } else {
         libc::AF_INET6
     };
+    new_socket(family, libc::SOCK_STREAM)
+}
+
+/// A new non-blocking, close-on-exec Unix-domain socket of type `kind` (`SOCK_STREAM`,
+/// `SOCK_DGRAM`).
+pub(crate) fn unix_socket(kind: libc::c_int) -> io::Result<OwnedFd> {
+    new_socket(libc::AF_UNIX, kind)
+}
+
+fn new_socket(family: libc::c_int, kind: libc::c_int) -> io::Result<OwnedFd> {
     // SAFETY: no memory preconditions; a non-negative result is a new fd that we own.
-    let fd = check(unsafe {
-        libc::socket(
-            family,
-            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        )
-    })?;
+    let fd =
+        check(unsafe { libc::socket(family, kind | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
     // SAFETY: `fd` was just returned to us.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
@@ -66,17 +110,35 @@ pub(crate) fn stream_socket_for(addr: &SocketAddr) -> io::Result<OwnedFd> {
 /// Starts a connect on a non-blocking socket. `Ok(true)`: connected at once; `Ok(false)`: in
 /// progress (wait for writability, then call [`take_error`]).
 pub(crate) fn start_connect(fd: &OwnedFd, addr: &SocketAddr) -> io::Result<bool> {
-    use std::os::fd::AsRawFd;
     let (storage, len) = to_raw(addr);
+    // SAFETY: `storage` holds a valid sockaddr of length `len`.
+    unsafe { connect_raw(fd, (&raw const storage).cast(), len) }
+}
+
+/// Connects a non-blocking Unix-domain socket, as [`start_connect`] does an inet one.
+///
+/// Linux completes (or refuses) a Unix-domain connect at once, so `Ok(false)` is not expected
+/// in practice; but when the listener's backlog is full the connect fails with `EAGAIN`
+/// (`ErrorKind::WouldBlock`) and has *not* started: the socket stays unconnected (and polls
+/// writable), so the caller must try again later rather than wait for writability.
+pub(crate) fn start_connect_unix(fd: &OwnedFd, addr: &UnixSocketAddr) -> io::Result<bool> {
+    let (sockaddr, len) = unix_to_raw(addr)?;
+    // SAFETY: `sockaddr` holds a valid sockaddr_un of length `len`.
+    unsafe { connect_raw(fd, (&raw const sockaddr).cast(), len) }
+}
+
+/// `connect`, retrying `EINTR`; `Ok(false)` for `EINPROGRESS`.
+///
+/// # Safety
+/// `addr` must point to a valid socket address of `len` bytes for the duration of the call.
+unsafe fn connect_raw(
+    fd: &OwnedFd,
+    addr: *const libc::sockaddr,
+    len: libc::socklen_t,
+) -> io::Result<bool> {
     loop {
-        // SAFETY: `storage` holds a valid sockaddr of length `len`.
-        let rc = unsafe {
-            libc::connect(
-                fd.as_raw_fd(),
-                (&raw const storage).cast::<libc::sockaddr>(),
-                len,
-            )
-        };
+        // SAFETY: the caller guarantees `addr` and `len`.
+        let rc = unsafe { libc::connect(fd.as_raw_fd(), addr, len) };
         match check(rc) {
             Ok(_) => return Ok(true),
             Err(error) if error.raw_os_error() == Some(libc::EINPROGRESS) => return Ok(false),
@@ -88,7 +150,6 @@ pub(crate) fn start_connect(fd: &OwnedFd, addr: &SocketAddr) -> io::Result<bool>
 
 /// The pending error of a socket (`SO_ERROR`), which ends a non-blocking connect.
 pub(crate) fn take_error(fd: &OwnedFd) -> io::Result<Option<io::Error>> {
-    use std::os::fd::AsRawFd;
     let mut error: libc::c_int = 0;
     let mut len = mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: `error` and `len` are live and sized for SO_ERROR's int.

@@ -1,0 +1,3 @@
+//! Unix-specific green I/O, as `std::os::unix`: [`net`] has the Unix-domain sockets.
+
+pub mod net;

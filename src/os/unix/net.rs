@@ -1,0 +1,672 @@
+//! Green Unix-domain sockets with `std::os::unix::net`'s names: [`UnixListener`],
+//! [`UnixStream`], [`UnixDatagram`].
+//!
+//! As in [`crate::net`], each type owns a std socket in non-blocking mode, registered once with
+//! the runtime's reactor; a call that would block parks only the calling green thread, and the
+//! types are `!Send`. Paths need no resolving, so the path parameters are std's `AsRef<Path>`.
+//!
+//! Connecting is where these differ from std underneath: std's [`UnixStream::connect`] blocks
+//! while the listener's backlog is full, and the kernel offers nothing to wait on for "the
+//! backlog has room", so the green connect retries on a timer instead (see its docs).
+
+use std::cell::Cell;
+use std::cmp;
+use std::fmt;
+use std::io::{self, IoSlice, IoSliceMut, Read, Write};
+use std::net::Shutdown;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::unix::net::{self, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+
+use crate::io::source::Source;
+use crate::net::check_timeout;
+use crate::runtime::reactor::Interest;
+use crate::sys::socket;
+
+/// The first pause before retrying a connect that found the listener's backlog full; each
+/// retry doubles it, up to [`CONNECT_RETRY_MAX`].
+const CONNECT_RETRY_FIRST: Duration = Duration::from_millis(1);
+const CONNECT_RETRY_MAX: Duration = Duration::from_millis(64);
+
+/// A Unix-domain socket server, listening for connections on a path; `accept` parks the green
+/// thread until a client connects.
+///
+/// As with std's, dropping the listener does not remove the socket file: remove it yourself.
+///
+/// ```
+/// use std::io::{Read, Write};
+/// use greenweave::os::unix::net::{UnixListener, UnixStream};
+///
+/// let name = format!("greenweave-doc-listener-{}.sock", std::process::id());
+/// let path = std::env::temp_dir().join(name);
+/// let server_path = path.clone();
+/// greenweave::run(move || {
+///     let listener = UnixListener::bind(&server_path).unwrap();
+///     let server = greenweave::spawn(move || {
+///         let (mut stream, _) = listener.accept().unwrap(); // parks until the client connects
+///         let mut request = String::new();
+///         stream.read_to_string(&mut request).unwrap();
+///         stream.write_all(request.to_uppercase().as_bytes()).unwrap();
+///     });
+///     let mut client = UnixStream::connect(&server_path).unwrap();
+///     client.write_all(b"hello").unwrap();
+///     client.shutdown(std::net::Shutdown::Write).unwrap();
+///     let mut reply = String::new();
+///     client.read_to_string(&mut reply).unwrap();
+///     assert_eq!(reply, "HELLO");
+///     server.join().unwrap();
+/// });
+/// std::fs::remove_file(&path).unwrap();
+/// ```
+pub struct UnixListener {
+    source: Source,
+    inner: net::UnixListener,
+}
+
+impl UnixListener {
+    /// Creates a socket file at `path` and listens on it, as
+    /// `std::os::unix::net::UnixListener::bind`.
+    ///
+    /// # Errors
+    /// Those of std: `AddrInUse` if `path` exists (a stale socket file included: remove it
+    /// first), `InvalidInput` for a path too long for `sun_path` or with a NUL byte.
+    ///
+    /// # Panics
+    /// Outside a runtime.
+    pub fn bind<P: AsRef<Path>>(path: P) -> io::Result<UnixListener> {
+        UnixListener::from_std(net::UnixListener::bind(path)?)
+    }
+
+    /// Listens on `addr` (a path or, on Linux, an abstract name), as std's `bind_addr`.
+    ///
+    /// # Panics
+    /// Outside a runtime.
+    pub fn bind_addr(addr: &SocketAddr) -> io::Result<UnixListener> {
+        UnixListener::from_std(net::UnixListener::bind_addr(addr)?)
+    }
+
+    /// Makes a std listener green (switches it to non-blocking mode and registers it).
+    pub fn from_std(listener: net::UnixListener) -> io::Result<UnixListener> {
+        let source = Source::new("UnixListener::from_std", listener.as_raw_fd())?;
+        Ok(UnixListener {
+            source,
+            inner: listener,
+        })
+    }
+
+    /// Deregisters the listener and returns it to blocking mode (which its clones share).
+    pub fn into_std(self) -> io::Result<net::UnixListener> {
+        let UnixListener { source, inner } = self;
+        drop(source);
+        inner.set_nonblocking(false)?;
+        Ok(inner)
+    }
+
+    /// Waits (parking this green thread) for a connection; returns it with the client's
+    /// address (usually unnamed: clients rarely bind).
+    pub fn accept(&self) -> io::Result<(UnixStream, SocketAddr)> {
+        let (stream, addr) =
+            self.source
+                .do_io("UnixListener::accept", Interest::Readable, None, || {
+                    self.inner.accept()
+                })?;
+        Ok((UnixStream::from_std(stream)?, addr))
+    }
+
+    /// An endless iterator of accepted connections, as std's `incoming`.
+    pub fn incoming(&self) -> Incoming<'_> {
+        Incoming { listener: self }
+    }
+
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// Takes the pending socket error (`SO_ERROR`).
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        self.inner.take_error()
+    }
+
+    /// A second handle to the same listener (a `dup`), registered separately.
+    pub fn try_clone(&self) -> io::Result<UnixListener> {
+        UnixListener::from_std(self.inner.try_clone()?)
+    }
+}
+
+/// The iterator of [`UnixListener::incoming`]; never returns `None`.
+pub struct Incoming<'a> {
+    listener: &'a UnixListener,
+}
+
+impl Iterator for Incoming<'_> {
+    type Item = io::Result<UnixStream>;
+
+    fn next(&mut self) -> Option<io::Result<UnixStream>> {
+        Some(self.listener.accept().map(|(stream, _)| stream))
+    }
+}
+
+/// A Unix-domain stream connection. Reads and writes park the green thread instead of
+/// blocking; `Read` and `Write` are also implemented for `&UnixStream`, so one green thread can
+/// read while another writes.
+///
+/// ```
+/// use std::io::{Read, Write};
+/// use greenweave::os::unix::net::UnixStream;
+///
+/// greenweave::run(|| {
+///     let (mut left, right) = UnixStream::pair().unwrap();
+///     let reader = greenweave::spawn(move || {
+///         let mut buf = [0; 5];
+///         (&right).read_exact(&mut buf).unwrap(); // parks until the writer has written
+///         buf
+///     });
+///     left.write_all(b"hello").unwrap();
+///     assert_eq!(&reader.join().unwrap(), b"hello");
+/// });
+/// ```
+pub struct UnixStream {
+    source: Source,
+    inner: net::UnixStream,
+    read_timeout: Cell<Option<Duration>>,
+    write_timeout: Cell<Option<Duration>>,
+}
+
+impl UnixStream {
+    /// Connects to the socket at `path`, as `std::os::unix::net::UnixStream::connect`.
+    ///
+    /// Where std blocks because the listener's backlog is full, this parks the green thread
+    /// and tries again after 1 ms, then 2, 4, ... up to 64 ms between attempts, until the
+    /// server accepts enough connections to make room (or the green thread is cancelled).
+    ///
+    /// # Errors
+    /// Those of std: `NotFound` if nothing is at `path`, `ConnectionRefused` if no one listens
+    /// there (a socket file left behind by a listener that has gone), `PermissionDenied`,
+    /// `InvalidInput` for a path too long for `sun_path` or with a NUL byte.
+    ///
+    /// # Panics
+    /// Outside a runtime.
+    pub fn connect<P: AsRef<Path>>(path: P) -> io::Result<UnixStream> {
+        UnixStream::connect_addr(&SocketAddr::from_pathname(path)?)
+    }
+
+    /// Connects to `addr` (a path or, on Linux, an abstract name), as
+    /// [`connect`](Self::connect) does to a path.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect); `InvalidInput` for an unnamed address.
+    ///
+    /// # Panics
+    /// Outside a runtime.
+    pub fn connect_addr(addr: &SocketAddr) -> io::Result<UnixStream> {
+        let fd = socket::unix_socket(libc::SOCK_STREAM)?;
+        let source = Source::new("UnixStream::connect", fd.as_raw_fd())?;
+        let mut pause = CONNECT_RETRY_FIRST;
+        loop {
+            match socket::start_connect_unix(&fd, addr) {
+                Ok(true) => break,
+                // Linux does not do this for Unix sockets today; if it ever does, this is how
+                // a non-blocking connect in progress ends.
+                Ok(false) => {
+                    source.wait_until("UnixStream::connect", Interest::Writable, None)?;
+                    if let Some(error) = socket::take_error(&fd)? {
+                        return Err(error);
+                    }
+                    break;
+                }
+                // The backlog is full and the connect has not started: nothing will become
+                // ready on this socket when there is room, so retry on a timer.
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
+                    crate::thread::sleep(pause);
+                    pause = cmp::min(pause * 2, CONNECT_RETRY_MAX);
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(UnixStream::with_source(source, net::UnixStream::from(fd)))
+    }
+
+    /// A pair of connected streams, as std's `pair`.
+    ///
+    /// # Panics
+    /// Outside a runtime.
+    pub fn pair() -> io::Result<(UnixStream, UnixStream)> {
+        let (a, b) = net::UnixStream::pair()?;
+        Ok((UnixStream::from_std(a)?, UnixStream::from_std(b)?))
+    }
+
+    fn with_source(source: Source, inner: net::UnixStream) -> UnixStream {
+        UnixStream {
+            source,
+            inner,
+            read_timeout: Cell::new(None),
+            write_timeout: Cell::new(None),
+        }
+    }
+
+    /// Makes a std stream green (switches it to non-blocking mode and registers it). Its std
+    /// timeouts are not carried over; set them with [`set_read_timeout`](Self::set_read_timeout).
+    pub fn from_std(stream: net::UnixStream) -> io::Result<UnixStream> {
+        let source = Source::new("UnixStream::from_std", stream.as_raw_fd())?;
+        Ok(UnixStream::with_source(source, stream))
+    }
+
+    /// Deregisters the stream and returns it to blocking mode (which its clones share).
+    pub fn into_std(self) -> io::Result<net::UnixStream> {
+        let UnixStream { source, inner, .. } = self;
+        drop(source);
+        inner.set_nonblocking(false)?;
+        Ok(inner)
+    }
+
+    /// The local address (usually unnamed for a client).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// The remote address.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.peer_addr()
+    }
+
+    /// Shuts down the read half, the write half, or both, as std's: after `Write`, the peer
+    /// reads end-of-file.
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.inner.shutdown(how)
+    }
+
+    /// Bounds each read: one that waits longer fails with `ErrorKind::TimedOut` (std reports
+    /// `WouldBlock`; a green read never returns `WouldBlock`). `None` waits forever.
+    ///
+    /// # Errors
+    /// `InvalidInput` for `Some(Duration::ZERO)`, as std.
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        check_timeout(timeout)?;
+        self.read_timeout.set(timeout);
+        Ok(())
+    }
+
+    /// Bounds each write, as [`set_read_timeout`](Self::set_read_timeout) bounds reads.
+    ///
+    /// # Errors
+    /// `InvalidInput` for `Some(Duration::ZERO)`, as std.
+    pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        check_timeout(timeout)?;
+        self.write_timeout.set(timeout);
+        Ok(())
+    }
+
+    /// The read timeout.
+    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.read_timeout.get())
+    }
+
+    /// The write timeout.
+    pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.write_timeout.get())
+    }
+
+    /// Takes the pending socket error (`SO_ERROR`).
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        self.inner.take_error()
+    }
+
+    /// A second handle to the same connection (a `dup`), registered separately, with the same
+    /// timeouts.
+    pub fn try_clone(&self) -> io::Result<UnixStream> {
+        let clone = UnixStream::from_std(self.inner.try_clone()?)?;
+        clone.read_timeout.set(self.read_timeout.get());
+        clone.write_timeout.set(self.write_timeout.get());
+        Ok(clone)
+    }
+
+    fn read_green(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.source.do_io(
+            "UnixStream::read",
+            Interest::Readable,
+            self.read_timeout.get(),
+            || (&self.inner).read(buf),
+        )
+    }
+
+    fn read_vectored_green(&self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        self.source.do_io(
+            "UnixStream::read",
+            Interest::Readable,
+            self.read_timeout.get(),
+            || (&self.inner).read_vectored(bufs),
+        )
+    }
+
+    fn write_green(&self, buf: &[u8]) -> io::Result<usize> {
+        self.source.do_io(
+            "UnixStream::write",
+            Interest::Writable,
+            self.write_timeout.get(),
+            || (&self.inner).write(buf),
+        )
+    }
+
+    fn write_vectored_green(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.source.do_io(
+            "UnixStream::write",
+            Interest::Writable,
+            self.write_timeout.get(),
+            || (&self.inner).write_vectored(bufs),
+        )
+    }
+}
+
+impl Read for UnixStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_green(buf)
+    }
+
+    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        self.read_vectored_green(bufs)
+    }
+}
+
+impl Read for &UnixStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read_green(buf)
+    }
+
+    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
+        self.read_vectored_green(bufs)
+    }
+}
+
+impl Write for UnixStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_green(buf)
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.write_vectored_green(bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Write for &UnixStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_green(buf)
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        self.write_vectored_green(bufs)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A Unix-domain datagram socket. Receiving parks the green thread until a datagram arrives
+/// (or the read timeout passes); sending parks it while the receiver's queue is full.
+///
+/// ```
+/// use greenweave::os::unix::net::UnixDatagram;
+///
+/// let pid = std::process::id();
+/// let server_path = std::env::temp_dir().join(format!("greenweave-doc-server-{pid}.sock"));
+/// let client_path = std::env::temp_dir().join(format!("greenweave-doc-client-{pid}.sock"));
+/// let (server_at, client_at) = (server_path.clone(), client_path.clone());
+/// greenweave::run(move || {
+///     let server = UnixDatagram::bind(&server_at).unwrap();
+///     let echo = greenweave::spawn(move || {
+///         let mut buf = [0; 64];
+///         let (len, from) = server.recv_from(&mut buf).unwrap(); // parks until a datagram
+///         server.send_to_addr(&buf[..len], &from).unwrap();
+///     });
+///     let client = UnixDatagram::bind(&client_at).unwrap();
+///     client.send_to(b"ping", &server_at).unwrap();
+///     let mut reply = [0; 64];
+///     let len = client.recv(&mut reply).unwrap();
+///     assert_eq!(&reply[..len], b"ping");
+///     echo.join().unwrap();
+/// });
+/// std::fs::remove_file(&server_path).unwrap();
+/// std::fs::remove_file(&client_path).unwrap();
+/// ```
+pub struct UnixDatagram {
+    source: Source,
+    inner: net::UnixDatagram,
+    read_timeout: Cell<Option<Duration>>,
+    write_timeout: Cell<Option<Duration>>,
+}
+
+impl UnixDatagram {
+    /// Creates a socket file at `path` and binds a datagram socket to it, as std's `bind`.
+    ///
+    /// # Errors
+    /// Those of std: `AddrInUse` if `path` exists, `InvalidInput` for a path too long for
+    /// `sun_path` or with a NUL byte.
+    ///
+    /// # Panics
+    /// Outside a runtime.
+    pub fn bind<P: AsRef<Path>>(path: P) -> io::Result<UnixDatagram> {
+        UnixDatagram::from_std(net::UnixDatagram::bind(path)?)
+    }
+
+    /// Binds to `addr` (a path or, on Linux, an abstract name), as std's `bind_addr`.
+    ///
+    /// # Panics
+    /// Outside a runtime.
+    pub fn bind_addr(addr: &SocketAddr) -> io::Result<UnixDatagram> {
+        UnixDatagram::from_std(net::UnixDatagram::bind_addr(addr)?)
+    }
+
+    /// A socket bound to no address: it can send, but nothing can reply to it unless it
+    /// [`connect`](Self::connect)s first and the peer connects back, as std's `unbound`.
+    ///
+    /// # Panics
+    /// Outside a runtime.
+    pub fn unbound() -> io::Result<UnixDatagram> {
+        UnixDatagram::from_std(net::UnixDatagram::unbound()?)
+    }
+
+    /// A pair of connected, unnamed datagram sockets, as std's `pair`.
+    ///
+    /// # Panics
+    /// Outside a runtime.
+    pub fn pair() -> io::Result<(UnixDatagram, UnixDatagram)> {
+        let (a, b) = net::UnixDatagram::pair()?;
+        Ok((UnixDatagram::from_std(a)?, UnixDatagram::from_std(b)?))
+    }
+
+    /// Makes a std socket green (switches it to non-blocking mode and registers it). Its std
+    /// timeouts are not carried over; set them with [`set_read_timeout`](Self::set_read_timeout).
+    pub fn from_std(socket: net::UnixDatagram) -> io::Result<UnixDatagram> {
+        let source = Source::new("UnixDatagram::from_std", socket.as_raw_fd())?;
+        Ok(UnixDatagram {
+            source,
+            inner: socket,
+            read_timeout: Cell::new(None),
+            write_timeout: Cell::new(None),
+        })
+    }
+
+    /// Deregisters the socket and returns it to blocking mode (which its clones share).
+    pub fn into_std(self) -> io::Result<net::UnixDatagram> {
+        let UnixDatagram { source, inner, .. } = self;
+        drop(source);
+        inner.set_nonblocking(false)?;
+        Ok(inner)
+    }
+
+    /// Sets the default destination of [`send`](Self::send) and the only source
+    /// [`recv`](Self::recv) accepts, as std's. Never waits.
+    ///
+    /// # Errors
+    /// Those of std: `NotFound` if nothing is at `path`, `ConnectionRefused` if no socket is
+    /// bound there.
+    pub fn connect<P: AsRef<Path>>(&self, path: P) -> io::Result<()> {
+        self.inner.connect(path)
+    }
+
+    /// Connects to `addr` (a path or, on Linux, an abstract name), as
+    /// [`connect`](Self::connect).
+    pub fn connect_addr(&self, addr: &SocketAddr) -> io::Result<()> {
+        self.inner.connect_addr(addr)
+    }
+
+    /// Sends `buf` as one datagram to the connected peer; returns the bytes sent.
+    ///
+    /// # Errors
+    /// Those of std (`NotConnected` before [`connect`](Self::connect)); `TimedOut` past the
+    /// write timeout.
+    pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        self.source.do_io(
+            "UnixDatagram::send",
+            Interest::Writable,
+            self.write_timeout.get(),
+            || self.inner.send(buf),
+        )
+    }
+
+    /// Sends `buf` as one datagram to the socket bound at `path`.
+    ///
+    /// A receiver whose queue is full makes this park until the socket can send again; the
+    /// kernel signals that when datagrams this socket sent earlier are read, so a receiver
+    /// kept full only by *other* senders can hold it until the write timeout.
+    ///
+    /// # Errors
+    /// Those of std (`NotFound`, `ConnectionRefused`); `TimedOut` past the write timeout.
+    pub fn send_to<P: AsRef<Path>>(&self, buf: &[u8], path: P) -> io::Result<usize> {
+        self.send_to_addr(buf, &SocketAddr::from_pathname(path)?)
+    }
+
+    /// Sends `buf` as one datagram to `addr` (for instance the sender returned by
+    /// [`recv_from`](Self::recv_from)), as [`send_to`](Self::send_to).
+    pub fn send_to_addr(&self, buf: &[u8], addr: &SocketAddr) -> io::Result<usize> {
+        self.source.do_io(
+            "UnixDatagram::send_to",
+            Interest::Writable,
+            self.write_timeout.get(),
+            || self.inner.send_to_addr(buf, addr),
+        )
+    }
+
+    /// Receives one datagram into `buf`, waiting for one if none is queued; returns its
+    /// length. A datagram longer than `buf` is truncated, as in std.
+    ///
+    /// # Errors
+    /// Those of std; `TimedOut` past the read timeout.
+    pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.source.do_io(
+            "UnixDatagram::recv",
+            Interest::Readable,
+            self.read_timeout.get(),
+            || self.inner.recv(buf),
+        )
+    }
+
+    /// Receives one datagram into `buf`, waiting for one if none is queued; returns its length
+    /// and its sender's address (unnamed if the sender is not bound).
+    ///
+    /// # Errors
+    /// Those of std; `TimedOut` past the read timeout.
+    pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        self.source.do_io(
+            "UnixDatagram::recv_from",
+            Interest::Readable,
+            self.read_timeout.get(),
+            || self.inner.recv_from(buf),
+        )
+    }
+
+    /// The address the socket is bound to (unnamed if it is not).
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.local_addr()
+    }
+
+    /// The connected peer's address.
+    ///
+    /// # Errors
+    /// `NotConnected` before [`connect`](Self::connect), as std.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        self.inner.peer_addr()
+    }
+
+    /// Shuts down receiving, sending, or both, as std's.
+    pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        self.inner.shutdown(how)
+    }
+
+    /// Bounds each receive: one that waits longer fails with `ErrorKind::TimedOut` (std
+    /// reports `WouldBlock`; a green receive never returns `WouldBlock`). `None` waits forever.
+    ///
+    /// # Errors
+    /// `InvalidInput` for `Some(Duration::ZERO)`, as std.
+    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        check_timeout(timeout)?;
+        self.read_timeout.set(timeout);
+        Ok(())
+    }
+
+    /// Bounds each send, as [`set_read_timeout`](Self::set_read_timeout) bounds receives.
+    ///
+    /// # Errors
+    /// `InvalidInput` for `Some(Duration::ZERO)`, as std.
+    pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        check_timeout(timeout)?;
+        self.write_timeout.set(timeout);
+        Ok(())
+    }
+
+    /// The read timeout.
+    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.read_timeout.get())
+    }
+
+    /// The write timeout.
+    pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
+        Ok(self.write_timeout.get())
+    }
+
+    /// Takes the pending socket error (`SO_ERROR`).
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        self.inner.take_error()
+    }
+
+    /// A second handle to the same socket (a `dup`), registered separately, with the same
+    /// timeouts.
+    pub fn try_clone(&self) -> io::Result<UnixDatagram> {
+        let clone = UnixDatagram::from_std(self.inner.try_clone()?)?;
+        clone.read_timeout.set(self.read_timeout.get());
+        clone.write_timeout.set(self.write_timeout.get());
+        Ok(clone)
+    }
+}
+
+macro_rules! fd_traits {
+    ($type:ty) => {
+        impl AsFd for $type {
+            fn as_fd(&self) -> BorrowedFd<'_> {
+                self.inner.as_fd()
+            }
+        }
+
+        impl AsRawFd for $type {
+            fn as_raw_fd(&self) -> RawFd {
+                self.inner.as_raw_fd()
+            }
+        }
+
+        impl fmt::Debug for $type {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                self.inner.fmt(f)
+            }
+        }
+    };
+}
+
+fd_traits!(UnixListener);
+fd_traits!(UnixStream);
+fd_traits!(UnixDatagram);
