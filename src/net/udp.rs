@@ -69,6 +69,9 @@ impl UdpSocket {
     }
 
     /// Deregisters the socket and returns it to blocking mode.
+    ///
+    /// Blocking mode belongs to the open socket, not to this handle: a green clone made with
+    /// `try_clone` would block its OS thread from then on, so drop the clones first.
     pub fn into_std(self) -> io::Result<net::UdpSocket> {
         let UdpSocket { source, inner, .. } = self;
         drop(source);

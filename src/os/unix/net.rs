@@ -95,7 +95,13 @@ impl UnixListener {
         })
     }
 
-    /// Deregisters the listener and returns it to blocking mode (which its clones share).
+    /// Deregisters the listener and returns it to blocking mode.
+    ///
+    /// Blocking mode belongs to the open socket, not to this handle: a green clone made with
+    /// `try_clone` would block its OS thread from then on, so drop the clones first.
+    ///
+    /// Blocking mode belongs to the open socket, not to this handle: a green clone made with
+    /// `try_clone` would block its OS thread from then on, so drop the clones first.
     pub fn into_std(self) -> io::Result<net::UnixListener> {
         let UnixListener { source, inner } = self;
         drop(source);
@@ -253,7 +259,13 @@ impl UnixStream {
         Ok(UnixStream::with_source(source, stream))
     }
 
-    /// Deregisters the stream and returns it to blocking mode (which its clones share).
+    /// Deregisters the stream and returns it to blocking mode.
+    ///
+    /// Blocking mode belongs to the open socket, not to this handle: a green clone made with
+    /// `try_clone` would block its OS thread from then on, so drop the clones first.
+    ///
+    /// Blocking mode belongs to the open socket, not to this handle: a green clone made with
+    /// `try_clone` would block its OS thread from then on, so drop the clones first.
     pub fn into_std(self) -> io::Result<net::UnixStream> {
         let UnixStream { source, inner, .. } = self;
         drop(source);
@@ -492,7 +504,13 @@ impl UnixDatagram {
         })
     }
 
-    /// Deregisters the socket and returns it to blocking mode (which its clones share).
+    /// Deregisters the socket and returns it to blocking mode.
+    ///
+    /// Blocking mode belongs to the open socket, not to this handle: a green clone made with
+    /// `try_clone` would block its OS thread from then on, so drop the clones first.
+    ///
+    /// Blocking mode belongs to the open socket, not to this handle: a green clone made with
+    /// `try_clone` would block its OS thread from then on, so drop the clones first.
     pub fn into_std(self) -> io::Result<net::UnixDatagram> {
         let UnixDatagram { source, inner, .. } = self;
         drop(source);
