@@ -2,7 +2,11 @@
 //!
 //! Insert is O(log n). Cancelling is O(1) and lazy: an entry names the park it was made for
 //! (the task's park sequence number), and an entry whose park is over is discarded when it
-//! reaches the top. The nearest deadline is the reactor's `epoll_wait` timeout.
+//! reaches the top. Because a long deadline at the top can shield many stale entries below it
+//! (every I/O call with a timeout that completes early leaves one), the heap is compacted
+//! whenever it has doubled since the last compaction: amortised O(1) per insert, and the heap
+//! never holds more than about twice the live entries. The nearest deadline is the reactor's
+//! `epoll_wait` timeout.
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
@@ -36,10 +40,24 @@ impl Ord for Entry {
     }
 }
 
-#[derive(Default)]
 pub(crate) struct Timers {
     heap: BinaryHeap<Reverse<Entry>>,
     inserted: u64,
+    /// Compact when the heap reaches this size.
+    compact_at: usize,
+}
+
+/// The smallest heap worth compacting.
+const MIN_COMPACT_AT: usize = 64;
+
+impl Default for Timers {
+    fn default() -> Self {
+        Timers {
+            heap: BinaryHeap::new(),
+            inserted: 0,
+            compact_at: MIN_COMPACT_AT,
+        }
+    }
 }
 
 impl Timers {
@@ -52,6 +70,16 @@ impl Timers {
             task,
             park,
         }));
+        if self.heap.len() >= self.compact_at {
+            self.heap.retain(|Reverse(entry)| entry.task.is_in_park(entry.park));
+            self.compact_at = (self.heap.len() * 2).max(MIN_COMPACT_AT);
+        }
+    }
+
+    /// Entries held, live or stale.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.heap.len()
     }
 
     /// The nearest deadline whose park is still in progress (stale entries are dropped).
@@ -79,5 +107,60 @@ impl Timers {
     /// Drops every entry (at shutdown), releasing the tasks they hold.
     pub(crate) fn clear(&mut self) {
         self.heap.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::task::{TaskCoroutine, TaskState};
+    use std::time::Duration;
+
+    /// A task parked in park number `park`.
+    fn parked_task(park: u64) -> Rc<Task> {
+        let task = Rc::new(Task::new(1, None, TaskCoroutine::new(|_, _| ())));
+        task.state.set(TaskState::Parked);
+        task.park_number.set(park);
+        task
+    }
+
+    #[test]
+    fn stale_entries_behind_a_long_deadline_are_compacted_away() {
+        let now = Instant::now();
+        let mut timers = Timers::default();
+        let idle = parked_task(1);
+        timers.insert(now + Duration::from_secs(3600), idle.clone(), 1);
+        let busy = parked_task(0);
+        for park in 1..=100_000u64 {
+            // Each park of the busy task ends before its deadline, leaving a stale entry.
+            busy.park_number.set(park);
+            timers.insert(now + Duration::from_secs(7200), busy.clone(), park);
+        }
+        assert!(
+            timers.len() <= 2 * MIN_COMPACT_AT,
+            "heap holds {} entries",
+            timers.len()
+        );
+        assert_eq!(
+            timers.next_deadline(),
+            Some(now + Duration::from_secs(3600))
+        );
+    }
+
+    #[test]
+    fn due_entries_expire_earliest_first_and_fifo_among_equals() {
+        let now = Instant::now();
+        let mut timers = Timers::default();
+        let tasks: Vec<_> = (0..4).map(|_| parked_task(1)).collect();
+        let later = now + Duration::from_millis(2);
+        timers.insert(later, tasks[0].clone(), 1);
+        timers.insert(now, tasks[1].clone(), 1);
+        timers.insert(later, tasks[2].clone(), 1);
+        timers.insert(now + Duration::from_secs(60), tasks[3].clone(), 1);
+        let mut order = Vec::new();
+        timers.expire(later, |task, _| {
+            order.push(tasks.iter().position(|t| Rc::ptr_eq(t, &task)).unwrap())
+        });
+        assert_eq!(order, [1, 0, 2]);
     }
 }
