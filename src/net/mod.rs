@@ -20,13 +20,18 @@ use std::time::Duration;
 
 use crate::runtime::offload;
 
-/// Resolves `addr` on another OS thread, parking this green thread meanwhile.
+/// Resolves `addr`: directly when its type cannot involve a name lookup (a `SocketAddr`, an
+/// `(IpAddr, u16)` pair, a slice of them), else on another OS thread, parking this green
+/// thread meanwhile.
 pub(crate) fn resolve<A: ToSocketAddrs + Sync>(
     what: &'static str,
     addr: &A,
 ) -> io::Result<Vec<SocketAddr>> {
-    let addrs: Vec<SocketAddr> =
-        offload::on_os_thread(what, || addr.to_socket_addrs().map(Iterator::collect))?;
+    let addrs: Vec<SocketAddr> = if is_lookup_free(std::any::type_name::<A>()) {
+        addr.to_socket_addrs()?.collect()
+    } else {
+        offload::on_os_thread(what, || addr.to_socket_addrs().map(Iterator::collect))?
+    };
     if addrs.is_empty() {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -34,6 +39,30 @@ pub(crate) fn resolve<A: ToSocketAddrs + Sync>(
         ));
     }
     Ok(addrs)
+}
+
+/// Whether a `ToSocketAddrs` type, named by `type_name`, is made only of std's address types
+/// (and port numbers), whose `to_socket_addrs` never consults the resolver. Strings and any
+/// other type (a user's, which might look names up) answer `false` and go to another thread.
+/// `type_name`'s output is not guaranteed stable; an unrecognised spelling only costs the
+/// slower, always-correct path.
+fn is_lookup_free(type_name: &str) -> bool {
+    let mut saw_address = false;
+    for part in type_name
+        .split(['&', '(', ')', '[', ']', ',', ';', ' '])
+        .filter(|part| !part.is_empty())
+    {
+        let std_address = ["core::net::", "std::net::"]
+            .iter()
+            .any(|prefix| part.starts_with(prefix))
+            && !part.contains("str");
+        if std_address {
+            saw_address = true;
+        } else if part != "u16" && part.parse::<usize>().is_err() {
+            return false;
+        }
+    }
+    saw_address
 }
 
 /// std's rule for timeouts: `Some(0)` is an error, not "no timeout".
@@ -45,4 +74,32 @@ pub(crate) fn check_timeout(timeout: Option<Duration>) -> io::Result<()> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_lookup_free;
+    use std::any::type_name;
+    use std::net::{IpAddr, Ipv4Addr, SocketAddr, SocketAddrV4};
+
+    #[test]
+    fn std_address_types_resolve_without_a_lookup() {
+        assert!(is_lookup_free(type_name::<SocketAddr>()));
+        assert!(is_lookup_free(type_name::<&SocketAddr>()));
+        assert!(is_lookup_free(type_name::<SocketAddrV4>()));
+        assert!(is_lookup_free(type_name::<(IpAddr, u16)>()));
+        assert!(is_lookup_free(type_name::<(Ipv4Addr, u16)>()));
+        assert!(is_lookup_free(type_name::<&[SocketAddr]>()));
+        assert!(is_lookup_free(type_name::<[SocketAddr; 2]>()));
+    }
+
+    #[test]
+    fn strings_and_other_types_go_to_another_thread() {
+        assert!(!is_lookup_free(type_name::<&str>()));
+        assert!(!is_lookup_free(type_name::<String>()));
+        assert!(!is_lookup_free(type_name::<(&str, u16)>()));
+        assert!(!is_lookup_free(type_name::<(String, u16)>()));
+        assert!(!is_lookup_free(type_name::<Vec<SocketAddr>>()));
+        assert!(!is_lookup_free(type_name::<u16>()));
+    }
 }
