@@ -63,11 +63,13 @@ impl TcpListener {
         })
     }
 
-    /// Deregisters the listener and returns it to blocking mode.
+    /// Deregisters the socket and returns the std one, **still in non-blocking mode**: the mode
+    /// belongs to the open socket, which a green clone (`try_clone`) may still be using, and
+    /// switching it back would make that clone block its OS thread. Call
+    /// `set_nonblocking(false)` on the result once no green clone is left.
     pub fn into_std(self) -> io::Result<net::TcpListener> {
         let TcpListener { source, inner } = self;
         drop(source);
-        inner.set_nonblocking(false)?;
         Ok(inner)
     }
 
@@ -177,10 +179,7 @@ impl TcpStream {
                 return Err(error);
             }
         }
-        Ok(TcpStream::with_source(
-            source,
-            net::TcpStream::from(fd),
-        ))
+        Ok(TcpStream::with_source(source, net::TcpStream::from(fd)))
     }
 
     fn with_source(source: Source, inner: net::TcpStream) -> TcpStream {
@@ -199,11 +198,13 @@ impl TcpStream {
         Ok(TcpStream::with_source(source, stream))
     }
 
-    /// Deregisters the stream and returns it to blocking mode.
+    /// Deregisters the socket and returns the std one, **still in non-blocking mode**: the mode
+    /// belongs to the open socket, which a green clone (`try_clone`) may still be using, and
+    /// switching it back would make that clone block its OS thread. Call
+    /// `set_nonblocking(false)` on the result once no green clone is left.
     pub fn into_std(self) -> io::Result<net::TcpStream> {
         let TcpStream { source, inner, .. } = self;
         drop(source);
-        inner.set_nonblocking(false)?;
         Ok(inner)
     }
 

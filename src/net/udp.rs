@@ -68,14 +68,13 @@ impl UdpSocket {
         })
     }
 
-    /// Deregisters the socket and returns it to blocking mode.
-    ///
-    /// Blocking mode belongs to the open socket, not to this handle: a green clone made with
-    /// `try_clone` would block its OS thread from then on, so drop the clones first.
+    /// Deregisters the socket and returns the std one, **still in non-blocking mode**: the mode
+    /// belongs to the open socket, which a green clone (`try_clone`) may still be using, and
+    /// switching it back would make that clone block its OS thread. Call
+    /// `set_nonblocking(false)` on the result once no green clone is left.
     pub fn into_std(self) -> io::Result<net::UdpSocket> {
         let UdpSocket { source, inner, .. } = self;
         drop(source);
-        inner.set_nonblocking(false)?;
         Ok(inner)
     }
 

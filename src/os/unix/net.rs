@@ -95,17 +95,13 @@ impl UnixListener {
         })
     }
 
-    /// Deregisters the listener and returns it to blocking mode.
-    ///
-    /// Blocking mode belongs to the open socket, not to this handle: a green clone made with
-    /// `try_clone` would block its OS thread from then on, so drop the clones first.
-    ///
-    /// Blocking mode belongs to the open socket, not to this handle: a green clone made with
-    /// `try_clone` would block its OS thread from then on, so drop the clones first.
+    /// Deregisters the socket and returns the std one, **still in non-blocking mode**: the mode
+    /// belongs to the open socket, which a green clone (`try_clone`) may still be using, and
+    /// switching it back would make that clone block its OS thread. Call
+    /// `set_nonblocking(false)` on the result once no green clone is left.
     pub fn into_std(self) -> io::Result<net::UnixListener> {
         let UnixListener { source, inner } = self;
         drop(source);
-        inner.set_nonblocking(false)?;
         Ok(inner)
     }
 
@@ -259,17 +255,13 @@ impl UnixStream {
         Ok(UnixStream::with_source(source, stream))
     }
 
-    /// Deregisters the stream and returns it to blocking mode.
-    ///
-    /// Blocking mode belongs to the open socket, not to this handle: a green clone made with
-    /// `try_clone` would block its OS thread from then on, so drop the clones first.
-    ///
-    /// Blocking mode belongs to the open socket, not to this handle: a green clone made with
-    /// `try_clone` would block its OS thread from then on, so drop the clones first.
+    /// Deregisters the socket and returns the std one, **still in non-blocking mode**: the mode
+    /// belongs to the open socket, which a green clone (`try_clone`) may still be using, and
+    /// switching it back would make that clone block its OS thread. Call
+    /// `set_nonblocking(false)` on the result once no green clone is left.
     pub fn into_std(self) -> io::Result<net::UnixStream> {
         let UnixStream { source, inner, .. } = self;
         drop(source);
-        inner.set_nonblocking(false)?;
         Ok(inner)
     }
 
@@ -504,17 +496,13 @@ impl UnixDatagram {
         })
     }
 
-    /// Deregisters the socket and returns it to blocking mode.
-    ///
-    /// Blocking mode belongs to the open socket, not to this handle: a green clone made with
-    /// `try_clone` would block its OS thread from then on, so drop the clones first.
-    ///
-    /// Blocking mode belongs to the open socket, not to this handle: a green clone made with
-    /// `try_clone` would block its OS thread from then on, so drop the clones first.
+    /// Deregisters the socket and returns the std one, **still in non-blocking mode**: the mode
+    /// belongs to the open socket, which a green clone (`try_clone`) may still be using, and
+    /// switching it back would make that clone block its OS thread. Call
+    /// `set_nonblocking(false)` on the result once no green clone is left.
     pub fn into_std(self) -> io::Result<net::UnixDatagram> {
         let UnixDatagram { source, inner, .. } = self;
         drop(source);
-        inner.set_nonblocking(false)?;
         Ok(inner)
     }
 
