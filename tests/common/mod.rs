@@ -1,3 +1,4 @@
+#![allow(dead_code)] // each test binary uses its own subset of these helpers
 //! Running a test's body in a child process, for behaviour that ends the process (aborts,
 //! fatal signals) and so cannot be observed from inside it.
 //!
