@@ -125,8 +125,14 @@ impl Builder {
             let packet: Rc<Packet<T>> = Rc::new(RefCell::new(None));
             let slot = packet.clone();
             let body = move || {
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-                    .map_err(JoinError::from_payload);
+                let result = if scheduler::take_cancellation_before_start() {
+                    // Cancelled before it ever ran: the closure is dropped unrun.
+                    drop(f);
+                    Err(JoinError::Cancelled)
+                } else {
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+                        .map_err(JoinError::from_payload)
+                };
                 *slot.borrow_mut() = Some(result);
             };
             let task = scheduler.spawn_task(self.name.map(String::into_boxed_str), stack, body);

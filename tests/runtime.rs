@@ -567,8 +567,6 @@ fn cancel_unwinds_a_green_thread_parked_on_a_read() {
 }
 
 #[test]
-#[ignore = "bug: JoinHandle::cancel on a green thread that has not started still runs its body \
-            up to its first park point (the task's root does not check cancel_requested)"]
 fn cancel_of_a_green_thread_that_has_not_started_never_runs_its_body() {
     let ran = Rc::new(Cell::new(false));
     let drops = Rc::new(Cell::new(0));
@@ -601,9 +599,6 @@ impl Drop for JoinOnDrop {
 }
 
 #[test]
-#[ignore = "bug: join from a destructor of a cancelled green thread never returns: park returns \
-            Cancelled at once while unwinding, and join loops on it without ever suspending, so \
-            the green thread it waits for never runs (the OS thread spins forever)"]
 fn a_destructor_of_a_cancelled_green_thread_can_join_another() {
     // The runtime runs on its own OS thread so that a hang fails the test instead of stalling
     // the suite (the spinning thread is left behind; the test binary still exits).
@@ -643,9 +638,6 @@ impl Drop for SleepOnDrop {
 }
 
 #[test]
-#[ignore = "bug: sleep in a destructor of a cancelled green thread busy-waits: park returns \
-            Cancelled at once while unwinding, so the sleep loop spins on the CPU until its \
-            deadline and no other green thread runs meanwhile"]
 fn a_destructor_of_a_cancelled_green_thread_can_sleep_while_others_run() {
     let advanced = greenweave::run(|| {
         let ticks = Rc::new(Cell::new(0_u64));

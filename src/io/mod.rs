@@ -51,13 +51,13 @@ impl<T: AsFd> Async<T> {
         Ok(Async { source, inner })
     }
 
-    /// Parks until the fd is readable (returns at once if it is believed to be).
+    /// Parks until the fd is readable (returns at once if the kernel says it already is).
     pub fn readable(&self) -> io::Result<()> {
         self.source
             .wait_until("Async::readable", Interest::Readable, None)
     }
 
-    /// Parks until the fd is writable (returns at once if it is believed to be).
+    /// Parks until the fd is writable (returns at once if the kernel says it already is).
     pub fn writable(&self) -> io::Result<()> {
         self.source
             .wait_until("Async::writable", Interest::Writable, None)

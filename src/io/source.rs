@@ -56,8 +56,12 @@ impl Source {
         }
     }
 
-    /// Parks until the fd is ready in `interest`'s direction (returns at once if the cached
-    /// readiness says it is).
+    /// Parks until the fd is ready in `interest`'s direction.
+    ///
+    /// The cached readiness is optimistic (a new registration, or one woken by an edge,
+    /// counts as ready so that the operation is simply tried), which is right for `do_io` but
+    /// not for an explicit wait: so when the cache says ready, the kernel is asked with a
+    /// zero-timeout `poll(2)` before returning, and a "no" clears the cache and parks.
     pub(crate) fn wait_until(
         &self,
         what: &str,
@@ -70,7 +74,10 @@ impl Source {
                 return Err(closed(what));
             }
             if io.is_ready(interest) {
-                return Ok(());
+                if crate::sys::is_ready_now(io.fd, interest == Interest::Writable)? {
+                    return Ok(());
+                }
+                io.clear_readiness(interest);
             }
             let wait = Wait::Io {
                 fd: io.fd,

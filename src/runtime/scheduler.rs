@@ -29,6 +29,13 @@ use super::task::{ParkRequest, Task, TaskCoroutine, TaskState, Wait, Wake};
 /// never empties, so a green thread looping on `yield_now` cannot starve I/O.
 const RUNS_BETWEEN_POLLS: u32 = 61;
 
+/// What `run_until` does when nothing can wake any remaining task.
+#[derive(Clone, Copy)]
+enum OnDeadlock {
+    Panic,
+    Stop,
+}
+
 /// The panic payload that unwinds a cancelled green thread from its park point.
 pub(crate) struct Cancelled;
 
@@ -62,7 +69,6 @@ pub(crate) struct Scheduler {
     timers: RefCell<super::timer::Timers>,
     next_id: Cell<u64>,
     runs_since_poll: Cell<u32>,
-    shutting_down: Cell<bool>,
     pub(crate) default_stack_size: usize,
 }
 
@@ -141,7 +147,6 @@ impl Scheduler {
             timers: RefCell::new(super::timer::Timers::default()),
             next_id: Cell::new(1),
             runs_since_poll: Cell::new(0),
-            shutting_down: Cell::new(false),
             default_stack_size,
         }))
     }
@@ -188,10 +193,6 @@ impl Scheduler {
             .expect("greenweave: this code must run on a green thread, not the scheduler")
     }
 
-    pub(crate) fn is_shutting_down(&self) -> bool {
-        self.shutting_down.get()
-    }
-
     /// Makes `task` runnable if it is still in park number `park`, with `wake` as the reason.
     pub(crate) fn unpark(&self, task: Rc<Task>, park: u64, wake: Wake) {
         if task.is_in_park(park) {
@@ -202,12 +203,14 @@ impl Scheduler {
         }
     }
 
-    /// Runs tasks until `done()` is true.
-    ///
-    /// # Panics
-    /// With the deadlock report if every remaining task is parked and nothing can wake one.
-    fn run_until(&self, done: impl Fn() -> bool) {
+    /// Runs tasks until `done()` is true (returning `true`), or until every remaining task is
+    /// parked with nothing that could wake one: then panics with the deadlock report, or
+    /// returns `false`, as `on_deadlock` says.
+    fn run_until(&self, done: impl Fn() -> bool, on_deadlock: OnDeadlock) -> bool {
         loop {
+            if done() {
+                return true;
+            }
             // Run ready tasks in FIFO order; a task that yields goes to the back. Every
             // RUNS_BETWEEN_POLLS runs, timers and I/O get a turn even if the queue never
             // empties, so `yield_now` loops cannot starve them (and a busy queue does not pay a
@@ -218,7 +221,7 @@ impl Scheduler {
                 };
                 self.run_task(task);
                 if done() {
-                    return;
+                    return true;
                 }
                 let runs = self.runs_since_poll.get() + 1;
                 self.runs_since_poll.set(runs);
@@ -236,7 +239,10 @@ impl Scheduler {
             let timeout =
                 next_deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
             if timeout.is_none() && !self.can_anything_wake() {
-                panic!("{}", self.deadlock_report());
+                match on_deadlock {
+                    OnDeadlock::Panic => panic!("{}", self.deadlock_report()),
+                    OnDeadlock::Stop => return false,
+                }
             }
             self.poll(timeout);
             self.fire_timers();
@@ -367,10 +373,11 @@ impl Scheduler {
     }
 
     /// Ends every task still alive: each is cancelled (woken with `Cancelled`, so it unwinds
-    /// from its park point and its destructors run), and any that will not finish is dropped,
-    /// which force-unwinds its stack.
+    /// from its park point and its destructors run, which may themselves park: the loop keeps
+    /// running timers and I/O for them). Tasks spawned meanwhile are cancelled in the next
+    /// pass. Any task still alive after that, or stuck with nothing that could wake it, is
+    /// dropped, which force-unwinds its stack.
     fn shutdown(&self) {
-        self.shutting_down.set(true);
         for _ in 0..3 {
             let tasks: Vec<Rc<Task>> = self.tasks.borrow().values().cloned().collect();
             if tasks.is_empty() {
@@ -382,10 +389,8 @@ impl Scheduler {
                     self.unpark(task.clone(), task.park_number.get(), Wake::Cancelled);
                 }
             }
-            while let Some(task) = self.ready.borrow_mut().pop_front() {
-                if task.state.get() != TaskState::Finished {
-                    self.run_task(task);
-                }
+            if !self.run_until(|| self.tasks.borrow().is_empty(), OnDeadlock::Stop) {
+                break;
             }
         }
         self.timers.borrow_mut().clear();
@@ -419,7 +424,9 @@ pub(crate) fn run_main<T: 'static>(
         *slot.borrow_mut() = Some(panic::catch_unwind(AssertUnwindSafe(main)));
     });
     let finished = || main_task.state.get() == TaskState::Finished;
-    let run = panic::catch_unwind(AssertUnwindSafe(|| scheduler.run_until(finished)));
+    let run = panic::catch_unwind(AssertUnwindSafe(|| {
+        scheduler.run_until(finished, OnDeadlock::Panic)
+    }));
     scheduler.shutdown();
     if let Err(payload) = run {
         panic::resume_unwind(payload);
@@ -441,40 +448,58 @@ pub(crate) fn run_main<T: 'static>(
 ///
 /// `register` runs with the task and its new park number before the switch, for waits whose
 /// waker is another green thread (a joiner slot, a lock's queue): nothing else can run until
-/// the switch, so registering then cannot race. Timers and fd waits in `request` are armed by
-/// the scheduler after the switch.
+/// the switch, so registering then cannot race. Timers and fd waits are armed by the scheduler
+/// after the switch.
 ///
-/// Returns why it woke. Every park is a cancellation point: if the green thread has been
-/// cancelled (or the runtime is shutting down), this raises the cancellation (an unwind caught
-/// at the green thread's root) instead of parking or returning, unless the thread is already
-/// unwinding, in which case it returns [`Wake::Cancelled`] at once without parking.
+/// Every park is a cancellation point. A pending cancellation is delivered once, as an unwind
+/// (caught at the green thread's root) raised here instead of parking or returning; after
+/// that, parks work normally, so destructors run during the unwind may sleep, join or do I/O.
+/// While the thread is already unwinding for another reason, delivery waits for a later park.
+///
+/// Returns [`Wake::Notified`] or [`Wake::TimedOut`].
 pub(crate) fn park(
     what: &str,
     wait: Wait,
     deadline: Option<Instant>,
     io: Option<Rc<ScheduledIo>>,
-    register: impl FnOnce(&Rc<Task>, u64),
+    mut register: impl FnMut(&Rc<Task>, u64),
 ) -> Wake {
-    let (task, shutting_down) = with_scheduler(what, |scheduler| {
-        (scheduler.current_task(), scheduler.is_shutting_down())
-    });
-    if shutting_down || task.cancel_requested.get() {
-        if std::thread::panicking() {
-            return Wake::Cancelled;
+    loop {
+        let task = with_scheduler(what, |scheduler| scheduler.current_task());
+        deliver_pending_cancellation(&task);
+        let yielder = task.yielder.get();
+        let park = task.park_number.get() + 1;
+        task.park_number.set(park);
+        register(&task, park);
+        *task.park_request.borrow_mut() = Some(ParkRequest {
+            wait: wait.clone(),
+            deadline,
+            io: io.clone(),
+        });
+        drop(task);
+        // SAFETY: the yielder was set by this green thread's body when it started and lives in
+        // its root frame, which is alive (we are running on this stack).
+        match unsafe { &*yielder }.suspend(()) {
+            // Woken to be cancelled: deliver it at the top of the loop (or, if unwinding
+            // already, park again and deliver later).
+            Wake::Cancelled => continue,
+            wake => return wake,
         }
+    }
+}
+
+/// Raises a pending cancellation of `task` (once), unless the thread is already unwinding.
+fn deliver_pending_cancellation(task: &Task) {
+    if task.cancel_requested.get() && !std::thread::panicking() {
+        task.cancel_requested.set(false);
         panic::resume_unwind(Box::new(Cancelled));
     }
-    let yielder = task.yielder.get();
-    let park = task.park_number.get() + 1;
-    task.park_number.set(park);
-    register(&task, park);
-    *task.park_request.borrow_mut() = Some(ParkRequest { wait, deadline, io });
-    drop(task);
-    // SAFETY: the yielder was set by this green thread's body when it started and lives in
-    // its root frame, which is alive (we are running on this stack).
-    let wake = unsafe { &*yielder }.suspend(());
-    if wake == Wake::Cancelled && !std::thread::panicking() {
-        panic::resume_unwind(Box::new(Cancelled));
-    }
-    wake
+}
+
+/// Whether a green thread about to start should not run its body because it was cancelled
+/// first; consumes the cancellation.
+pub(crate) fn take_cancellation_before_start() -> bool {
+    with_scheduler("a green thread", |scheduler| {
+        scheduler.current_task().cancel_requested.replace(false)
+    })
 }

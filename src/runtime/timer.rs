@@ -71,7 +71,8 @@ impl Timers {
             park,
         }));
         if self.heap.len() >= self.compact_at {
-            self.heap.retain(|Reverse(entry)| entry.task.is_in_park(entry.park));
+            self.heap
+                .retain(|Reverse(entry)| entry.task.is_in_park(entry.park));
             self.compact_at = (self.heap.len() * 2).max(MIN_COMPACT_AT);
         }
     }

@@ -21,3 +21,31 @@ pub(crate) fn check(rc: libc::c_int) -> io::Result<libc::c_int> {
         Ok(rc)
     }
 }
+
+/// Whether `fd` is ready for reading (`writable == false`) or writing right now, asked of the
+/// kernel with a zero-timeout `poll(2)`. Errors and hang-ups count as ready: the next
+/// operation will report them.
+pub(crate) fn is_ready_now(fd: std::os::fd::RawFd, writable: bool) -> io::Result<bool> {
+    let events = if writable {
+        libc::POLLOUT
+    } else {
+        libc::POLLIN | libc::POLLPRI
+    };
+    let mut entry = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: one valid pollfd, zero timeout.
+        match check(unsafe { libc::poll(&mut entry, 1, 0) }) {
+            Ok(_) => {
+                return Ok(entry.revents
+                    & (events | libc::POLLERR | libc::POLLHUP | libc::POLLNVAL)
+                    != 0);
+            }
+            Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        }
+    }
+}
