@@ -856,6 +856,27 @@ fn dropping_a_greenlet_while_unwinding_from_a_panic_still_runs_its_destructors()
 }
 
 #[test]
+#[ignore = "bug: a parent that holds its child, while the child waits in a switch to it, forms \
+            an Rc cycle with it: neither is ever killed (Python's collector kills both)"]
+fn a_parent_and_a_suspended_child_holding_each_other_are_killed_when_the_last_outside_handle_goes()
+{
+    let count = Rc::new(Cell::new(0));
+    let inner = count.clone();
+    let parent = Greenlet::new(move |()| {
+        let _frame = Tally::new(&inner);
+        let for_child = inner.clone();
+        // The child switches back here from `suspend_deep`, holding a handle to this
+        // greenlet on its stack (and as its parent); this greenlet holds the child.
+        let child = Greenlet::new(move |()| suspend_deep(0, &for_child));
+        child.switch(());
+        switch_to_parent(());
+    });
+    parent.switch(());
+    drop(parent);
+    assert_eq!(count.get(), 2, "both greenlets were unwound");
+}
+
+#[test]
 #[ignore = "bug: a refused kill leaves the dropper as parent; Python restores the old parent"]
 fn the_parent_is_restored_after_a_refused_kill() {
     // test_parent_restored_on_kill
