@@ -48,8 +48,10 @@ pub mod os;
 mod overflow;
 pub mod runtime;
 mod stack;
+pub mod sync;
 mod sys;
 pub mod thread;
+pub mod time;
 
 #[doc(hidden)]
 pub mod bench_support;

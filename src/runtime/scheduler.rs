@@ -467,13 +467,26 @@ pub(crate) fn park(
     loop {
         let task = with_scheduler(what, |scheduler| scheduler.current_task());
         deliver_pending_cancellation(&task);
+        // A `time::timeout` in force bounds this park too; if it has passed, it ends the
+        // scope now instead of parking.
+        let scope = task.scope_deadline.get();
+        if let Some((scope_deadline, token)) = scope
+            && Instant::now() >= scope_deadline
+            && !std::thread::panicking()
+        {
+            panic::resume_unwind(Box::new(ScopeElapsed(token)));
+        }
+        let effective_deadline = match (deadline, scope) {
+            (Some(own), Some((scope_deadline, _))) => Some(own.min(scope_deadline)),
+            (own, scope) => own.or(scope.map(|(scope_deadline, _)| scope_deadline)),
+        };
         let yielder = task.yielder.get();
         let park = task.park_number.get() + 1;
         task.park_number.set(park);
         register(&task, park);
         *task.park_request.borrow_mut() = Some(ParkRequest {
             wait: wait.clone(),
-            deadline,
+            deadline: effective_deadline,
             io: io.clone(),
         });
         drop(task);
@@ -483,10 +496,23 @@ pub(crate) fn park(
             // Woken to be cancelled: deliver it at the top of the loop (or, if unwinding
             // already, park again and deliver later).
             Wake::Cancelled => continue,
+            // The scope's deadline, not the caller's, ran out: the top of the loop ends the
+            // scope.
+            Wake::TimedOut
+                if scope.is_some_and(|(scope_deadline, _)| {
+                    deadline.is_none_or(|own| scope_deadline < own)
+                }) && !std::thread::panicking() =>
+            {
+                continue;
+            }
             wake => return wake,
         }
     }
 }
+
+/// The panic payload that ends a `time::timeout` scope whose deadline passed, carrying the
+/// token of the `timeout` call it belongs to.
+pub(crate) struct ScopeElapsed(pub(crate) u64);
 
 /// Raises a pending cancellation of `task` (once), unless the thread is already unwinding.
 fn deliver_pending_cancellation(task: &Task) {

@@ -42,6 +42,9 @@ pub(crate) enum Wait {
     Join(u64),
     /// A result from another OS thread (hostname lookup, `unblock`).
     Remote(&'static str),
+    /// A green synchronisation primitive (channel, lock, event...), woken by another green
+    /// thread (or by a remote sender, which the scheduler counts separately).
+    Sync(&'static str),
 }
 
 impl Wait {
@@ -64,6 +67,7 @@ impl fmt::Display for Wait {
             Wait::Io { fd, interest } => write!(f, "waiting for fd {fd} to be {interest}"),
             Wait::Join(id) => write!(f, "joining green thread {id}"),
             Wait::Remote(what) => write!(f, "waiting for {what} on another OS thread"),
+            Wait::Sync(what) => write!(f, "waiting on {what}"),
         }
     }
 }
@@ -103,6 +107,9 @@ pub(crate) struct Task {
     pub(crate) park_request: RefCell<Option<ParkRequest>>,
     pub(crate) wake: Cell<Wake>,
     pub(crate) cancel_requested: Cell<bool>,
+    /// The innermost `time::timeout` deadline in force, with the token of the `timeout` call
+    /// that owns it; every park is bounded by it.
+    pub(crate) scope_deadline: Cell<Option<(Instant, u64)>>,
     /// The green thread waiting in `join` for this one, with its park number.
     pub(crate) joiner: RefCell<Option<(Rc<Task>, u64)>>,
 }
@@ -120,6 +127,7 @@ impl Task {
             park_request: RefCell::new(None),
             wake: Cell::new(Wake::Notified),
             cancel_requested: Cell::new(false),
+            scope_deadline: Cell::new(None),
             joiner: RefCell::new(None),
         }
     }

@@ -1,0 +1,9 @@
+//! Green synchronisation: channels and locks whose waits park the green thread, not the OS
+//! thread.
+//!
+//! Everything here lives on one runtime (one OS thread): handles are `!Send`, and no atomics
+//! are needed. Waiters queue in FIFO order. To talk to other OS threads, use
+//! [`mpsc::Sender::remote`], a `Send` handle whose sends wake the receiving green thread
+//! through the runtime's eventfd.
+
+pub(crate) mod wait_queue;
