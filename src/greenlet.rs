@@ -16,7 +16,8 @@
 //!   uncaught, the greenlet dies and its parent receives `T::from_greenlet_exit(GreenletExit)` as a normal
 //!   value. Throwing into an unstarted greenlet kills it without running it;
 //! - dropping the last handle to a suspended greenlet kills it the same way (with the dropper
-//!   as its parent), so every destructor on its stack runs.
+//!   as its parent for the length of the kill), so every destructor on its stack runs; a
+//!   greenlet that refuses (catches `GreenletExit` and switches back) gets its old parent back.
 //!
 //! # The type rule
 //!
@@ -54,6 +55,15 @@
 //! std::thread::spawn(move || drop(g));
 //! ```
 //!
+//! # Reference cycles
+//!
+//! Handles are reference-counted, and there is no cycle collector. A greenlet keeps its
+//! parent alive; if the parent also keeps the greenlet (a handle on the parent's stack, say)
+//! while the greenlet is suspended in a switch to it, the two form a cycle that is never
+//! killed: their destructors do not run and their stacks leak. Python's collector would kill
+//! both. Break such cycles explicitly: `throw()` into the child, or `set_parent` it elsewhere,
+//! before dropping the last outside handle.
+//!
 //! # Tracing
 //!
 //! [`set_trace`] installs a per-thread hook called before every switch and throw with the
@@ -62,6 +72,7 @@
 use core::cell::{Cell, RefCell};
 use core::fmt;
 use core::marker::PhantomData;
+use core::mem::MaybeUninit;
 use core::ptr;
 use std::any::{Any, TypeId, type_name};
 use std::io;
@@ -69,7 +80,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::rc::Rc;
 
 use crate::arch::{self, StackPointer, Transfer};
-use crate::fiber::{self, Exit, Message};
+use crate::fiber::{self, Exit, FINISHED_TAG, Message};
 use crate::overflow;
 use crate::stack::{Stack, pool};
 
@@ -397,7 +408,18 @@ impl Drop for Record {
                 State::Running | State::Dead => pool::recycle(stack),
             }
         }
-        release(self.parent.take());
+        // Drop a chain of dead parents iteratively: recursing through each parent's Drop
+        // would overflow the stack on a long chain.
+        let mut next = self.parent.take();
+        while let Some(parent) = next {
+            if Rc::strong_count(&parent) == 1 && matches!(parent.state.get(), State::Dead) {
+                next = parent.parent.take();
+                drop(parent);
+            } else {
+                release(Some(parent));
+                break;
+            }
+        }
     }
 }
 
@@ -433,14 +455,40 @@ enum Payload<T> {
 }
 
 /// What travels through the switch word between greenlets.
+///
+/// `#[repr(C)]` with the type-independent [`Header`] first: a panic may be delivered to a
+/// greenlet waiting for another message type (a kill, a throw through a handle of another
+/// type, a child's panic), and the receiver must read it without knowing the sender's `T`.
+/// The value is read only when there is no panic, and values are type-checked by the sender.
+#[repr(C)]
 struct Delivery<T> {
+    header: Header,
+    /// Initialised exactly when `header.panic` is `None`.
+    value: MaybeUninit<T>,
+}
+
+#[repr(C)]
+struct Header {
     /// The sender. Alive while this is in flight: `CURRENT` holds it until the receiver
     /// replaces it.
     from: *const Record,
     /// The receiver. The delivery owns one strong count of it, which the receiver hands to
     /// `CURRENT`.
     to: *const Record,
-    payload: Payload<T>,
+    panic: Option<Box<dyn Any + Send>>,
+}
+
+impl<T> Delivery<T> {
+    fn new(from: *const Record, to: *const Record, payload: Payload<T>) -> Self {
+        let (panic, value) = match payload {
+            Payload::Value(value) => (None, MaybeUninit::new(value)),
+            Payload::Panic(payload) => (Some(payload), MaybeUninit::uninit()),
+        };
+        Delivery {
+            header: Header { from, to, panic },
+            value,
+        }
+    }
 }
 
 thread_local! {
@@ -557,11 +605,11 @@ fn transfer<T: 'static>(target: &Rc<Record>, payload: Payload<T>, event: Event) 
         }
     };
     current.expects.set(Expected::of::<T>());
-    let delivery = Message::new(Delivery {
-        from: current,
-        to: Rc::into_raw(target.clone()),
+    let delivery = Message::new(Delivery::new(
+        current,
+        Rc::into_raw(target.clone()),
         payload,
-    });
+    ));
     // SAFETY: `to` is the saved context of a suspended or unstarted greenlet, which is
     // replaced by the receiver (`arrive`) before anything could switch to it again. The
     // receiver takes `delivery` before we can be resumed.
@@ -624,8 +672,19 @@ fn call_trace_hook(hook: TraceHook, event: Event, origin: &Record, target: &Reco
 /// `Delivery<T>`.
 #[inline(always)]
 unsafe fn arrive<T>(transfer: Transfer) -> T {
-    // SAFETY: per the contract; the sender is suspended or finished and never reads it again.
-    let Delivery { from, to, payload } = unsafe { Message::<Delivery<T>>::take(transfer.data) };
+    let delivery = (transfer.data & !FINISHED_TAG) as *const Delivery<T>;
+    // SAFETY: per the contract the word addresses a Delivery of some message type, whose
+    // sender is suspended or finished and never reads it again; the header is at offset 0
+    // whatever that type is, and is taken once.
+    let Header { from, to, panic } = unsafe { ptr::read(delivery.cast::<Header>()) };
+    // Take the value now: the delivery may live on a finished sender's stack, which is
+    // recycled (possibly unmapped) below.
+    let payload = match panic {
+        Some(payload) => Payload::Panic(payload),
+        // SAFETY: no panic, so the sender put a value there, and a value is only sent to a
+        // switch whose expected type the sender checked against its own: it is a T. Once.
+        None => Payload::Value(unsafe { ptr::read(&raw const (*delivery).value).assume_init() }),
+    };
     // SAFETY: the sender's record is alive: CURRENT holds it until the replace below.
     let sender = unsafe { &*from };
     if let State::Dead = sender.state.get() {
@@ -687,10 +746,16 @@ fn kill<T: FromGreenletExit + 'static>(record: &Rc<Record>) {
         return;
     }
     let previous = record.parent.replace(Some(current_record()));
-    release(previous);
     let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
         transfer::<T>(record, Payload::Panic(Box::new(GreenletExit)), Event::Throw)
     }));
+    if matches!(record.state.get(), State::Dead) {
+        release(previous);
+    } else {
+        // It refused to die (caught GreenletExit and switched back): as Python does, it gets
+        // its old parent back.
+        release(record.parent.replace(previous));
+    }
     if let Err(payload) = outcome
         && !std::thread::panicking()
     {
@@ -746,7 +811,17 @@ where
         }
         other => other,
     };
-    trace(Event::Switch, &me, &parent);
+    // A panic escaping `run` is raised in the parent: traced as a throw. A hook that panics
+    // here cannot unwind (this frame is the fiber's root): its panic goes to the parent
+    // instead.
+    let event = match payload {
+        Payload::Value(_) => Event::Switch,
+        Payload::Panic(_) => Event::Throw,
+    };
+    let payload = match panic::catch_unwind(AssertUnwindSafe(|| trace(event, &me, &parent))) {
+        Ok(()) => payload,
+        Err(hook_panic) => Payload::Panic(hook_panic),
+    };
     let to = match parent.state.get() {
         State::Unstarted(sp) | State::Suspended(sp) => sp,
         State::Running | State::Dead => {
@@ -755,10 +830,6 @@ where
     };
     Exit {
         to,
-        message: Delivery {
-            from: Rc::as_ptr(&me),
-            to: Rc::into_raw(parent),
-            payload,
-        },
+        message: Delivery::new(Rc::as_ptr(&me), Rc::into_raw(parent), payload),
     }
 }

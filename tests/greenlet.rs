@@ -5,8 +5,9 @@
 //!
 //! Where Python raises an exception, a greenlet here panics; `catch_unwind` stands in for
 //! `try`/`except`. Behaviours that only the typed API has (the message-type check) are tested
-//! near the end. Tests marked `#[ignore = "bug: ..."]` are reproducers of known bugs; the ones
-//! that crash run their body in a child process (see `common`).
+//! near the end. The one test marked `#[ignore = "known limitation: ..."]` pins down behaviour
+//! greenweave does not have (a cycle collector); the tests that crash run their body in a child
+//! process (see `common`).
 
 mod common;
 
@@ -856,8 +857,9 @@ fn dropping_a_greenlet_while_unwinding_from_a_panic_still_runs_its_destructors()
 }
 
 #[test]
-#[ignore = "bug: a parent that holds its child, while the child waits in a switch to it, forms \
-            an Rc cycle with it: neither is ever killed (Python's collector kills both)"]
+#[ignore = "known limitation: a parent that holds its child, while the child waits in a switch \
+            to it, forms an Rc cycle: neither is killed (Python's collector kills both); \
+            documented in the greenlet module docs"]
 fn a_parent_and_a_suspended_child_holding_each_other_are_killed_when_the_last_outside_handle_goes()
 {
     let count = Rc::new(Cell::new(0));
@@ -877,7 +879,6 @@ fn a_parent_and_a_suspended_child_holding_each_other_are_killed_when_the_last_ou
 }
 
 #[test]
-#[ignore = "bug: a refused kill leaves the dropper as parent; Python restores the old parent"]
 fn the_parent_is_restored_after_a_refused_kill() {
     // test_parent_restored_on_kill
     let hub = Greenlet::new(|()| ());
@@ -1175,7 +1176,6 @@ fn a_panicking_trace_hook_makes_the_switch_panic_in_the_sender_before_it_happens
 }
 
 #[test]
-#[ignore = "bug: a panic escaping run is traced as Event::Switch, not Event::Throw"]
 fn the_trace_hook_sees_a_panic_escaping_run_as_a_throw_to_the_parent() {
     // test_tracing.py: test_greenlet_tracing (the raising part): ('throw', (g2, main)).
     let main = current::<()>().id();
@@ -1189,7 +1189,6 @@ fn the_trace_hook_sees_a_panic_escaping_run_as_a_throw_to_the_parent() {
 }
 
 #[test]
-#[ignore = "bug: a trace hook that panics as a greenlet finishes aborts the process"]
 fn a_trace_hook_panicking_as_a_greenlet_finishes_does_not_abort() {
     const NAME: &str = "a_trace_hook_panicking_as_a_greenlet_finishes_does_not_abort";
     fn refuse(_: Event, _: GreenletId, _: GreenletId) {
@@ -1286,8 +1285,6 @@ fn a_custom_message_type_says_how_a_greenlet_exited() {
 }
 
 #[test]
-#[ignore = "bug: a throw through a handle of one message type into a greenlet waiting in a \
-            switch of another reads the delivery at the wrong type (segfault)"]
 fn throw_into_a_greenlet_waiting_for_another_message_type_raises_greenlet_exit_there() {
     const NAME: &str =
         "throw_into_a_greenlet_waiting_for_another_message_type_raises_greenlet_exit_there";
@@ -1315,8 +1312,6 @@ fn throw_into_a_greenlet_waiting_for_another_message_type_raises_greenlet_exit_t
 }
 
 #[test]
-#[ignore = "bug: a type-mismatch (or any) panic a greenlet finishes with is read by a parent \
-            waiting for another message type at the wrong type (segfault)"]
 fn a_large_result_of_another_type_is_raised_as_a_panic_in_the_parent() {
     const NAME: &str = "a_large_result_of_another_type_is_raised_as_a_panic_in_the_parent";
     let outcome = run_in_child(NAME, || {
@@ -1380,8 +1375,6 @@ fn ten_thousand_greenlets_pass_a_counter_around_a_ring_and_all_die_cleanly() {
 }
 
 #[test]
-#[ignore = "bug: dropping the last handle to the end of a long parent chain drops the chain \
-            recursively and overflows the thread's stack"]
 fn dropping_a_long_chain_of_dead_parents_does_not_overflow_the_stack() {
     const NAME: &str = "dropping_a_long_chain_of_dead_parents_does_not_overflow_the_stack";
     let outcome = run_in_child(NAME, || {

@@ -218,10 +218,13 @@ impl Model {
     }
 
     /// Throws GreenletExit into `who` with main as its new parent; what comes back is dropped.
+    /// The old parent is held for the length of the kill: if `who` dies it is released after
+    /// (so an orphaned parent dies after its child), and if `who` refuses, it gets its old
+    /// parent back, as Python's kill does.
     fn kill(&mut self, who: usize) {
         let previous = std::mem::replace(&mut self.records[who].parent, Parent::Main);
         if let Parent::Greenlet(previous) = previous {
-            self.release(previous);
+            self.records[previous].pins += 1;
         }
         self.records[who].pins += 1;
         let outcome = self.deliver(who, Payload::Exit);
@@ -230,6 +233,16 @@ impl Model {
             "a kill comes back as a value"
         );
         self.records[who].pins -= 1;
+        let died = self.records[who].state == State::Dead;
+        if !died {
+            self.records[who].parent = previous;
+        }
+        if let Parent::Greenlet(previous) = previous {
+            self.records[previous].pins -= 1;
+            if died {
+                self.release(previous);
+            }
+        }
     }
 
     /// `who` died. Its record goes once nothing refers to it: in the receiver, which holds
