@@ -57,6 +57,7 @@ pub mod time;
 pub mod bench_support;
 
 pub use coroutine::{Coroutine, CoroutineResult, Yielder};
+pub use runtime::offload::unblock;
 pub use runtime::{Runtime, run};
 pub use stack::Stack;
 pub use thread::spawn;

@@ -7,7 +7,7 @@
 //! thread parks). The public face is [`run`], [`Runtime`] and [`Builder`]; green threads
 //! themselves are in [`crate::thread`], sockets in [`crate::net`].
 
-pub(crate) mod offload;
+pub mod offload;
 pub(crate) mod reactor;
 pub(crate) mod scheduler;
 pub(crate) mod task;

@@ -1,46 +1,36 @@
 //! Running a blocking call on another OS thread while only the calling green thread waits.
 //!
-//! Owns: [`on_os_thread`], used for hostname resolution (and by `unblock` later). The call runs
-//! on a scoped OS thread, so it may borrow from the green thread's stack; the green thread
-//! parks, and the helper thread wakes it through the runtime's remote queue when done.
+//! Owns: [`on_os_thread`] (a scoped OS thread per call, so the call may borrow from the green
+//! thread's stack: hostname resolution) and [`unblock`] (a small pool of helper OS threads for
+//! `'static` work: file I/O, CPU-heavy work). Either way the green thread parks, and the helper
+//! wakes it through the runtime's remote queue when done.
 
-use std::panic;
+use std::collections::VecDeque;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::Duration;
 
-use super::scheduler::{self, with_scheduler};
-use super::task::{Wait, Wake};
+use super::scheduler::{self, RemoteQueue, with_scheduler};
+use super::task::Wait;
 
-/// Runs `call` on a new OS thread and parks the calling green thread until it returns.
+/// Runs `call` on a new scoped OS thread and parks the calling green thread until it returns.
 /// `what` names the call in the deadlock report and in the outside-a-runtime panic.
 ///
 /// If the green thread is cancelled while it waits, it unwinds once the call has returned
-/// (the OS thread cannot be interrupted).
+/// (an OS thread cannot be interrupted).
 pub(crate) fn on_os_thread<R: Send>(what: &'static str, call: impl FnOnce() -> R + Send) -> R {
-    let (remote, task_id, park) = with_scheduler(what, |scheduler| {
-        let task = scheduler.current_task();
-        (
-            scheduler.remote.clone(),
-            task.id,
-            task.park_number.get() + 1,
-        )
-    });
+    let (remote, task_id) = remote_and_task(what);
+    let finished = AtomicBool::new(false);
     std::thread::scope(|scope| {
-        let helper = scope.spawn(move || {
-            let result = panic::catch_unwind(panic::AssertUnwindSafe(call));
-            remote.wake(task_id, park);
+        let helper = scope.spawn(|| {
+            let result = panic::catch_unwind(AssertUnwindSafe(call));
+            finished.store(true, Ordering::Release);
+            remote.wake(task_id);
             result
         });
-        with_scheduler(what, |scheduler| {
-            scheduler
-                .remote_pending
-                .set(scheduler.remote_pending.get() + 1)
-        });
-        let pending = PendingGuard;
-        let wake = scheduler::park(what, Wait::Remote(what), None, None, |_, number| {
-            debug_assert_eq!(number, park, "the helper wakes the park it was promised");
-        });
-        drop(pending);
-        debug_assert!(matches!(wake, Wake::Notified | Wake::Cancelled));
-        // The helper has sent its wake-up, so it is about to exit: joining waits microseconds.
+        wait_for(what, || finished.load(Ordering::Acquire));
+        // The helper has flagged completion, so it is about to exit: joining takes microseconds.
         match helper
             .join()
             .expect("the helper thread catches the call's panic")
@@ -49,6 +39,86 @@ pub(crate) fn on_os_thread<R: Send>(what: &'static str, call: impl FnOnce() -> R
             Err(payload) => panic::resume_unwind(payload),
         }
     })
+}
+
+/// Runs a blocking function on a small pool of helper OS threads and parks the calling green
+/// thread until it returns; other green threads run meanwhile. For work that would block the
+/// OS thread: file I/O, a blocking library call, a CPU-heavy computation.
+///
+/// The pool starts threads on demand, up to 16, and lets a thread go after 10 seconds idle.
+/// A panic in `f` is raised again in the calling green thread.
+///
+/// # Panics
+/// Outside a runtime; and with `f`'s panic.
+///
+/// ```
+/// greenweave::run(|| {
+///     let ticker = greenweave::spawn(|| {
+///         for _ in 0..3 {
+///             greenweave::thread::yield_now();
+///         }
+///     });
+///     // Hashing a file would block; here the green thread parks while a helper thread works.
+///     let sum = greenweave::unblock(|| (1..=1_000_000u64).sum::<u64>());
+///     assert_eq!(sum, 500_000_500_000);
+///     ticker.join().unwrap();
+/// });
+/// ```
+pub fn unblock<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (remote, task_id) = remote_and_task("greenweave::unblock");
+    let slot: Arc<Mutex<Option<std::thread::Result<T>>>> = Arc::new(Mutex::new(None));
+    let filled = slot.clone();
+    BlockingPool::global().submit(Box::new(move || {
+        let result = panic::catch_unwind(AssertUnwindSafe(f));
+        *filled
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(result);
+        remote.wake(task_id);
+    }));
+    let take = || {
+        slot.lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
+    };
+    let mut result = None;
+    wait_for("greenweave::unblock", || {
+        result = take();
+        result.is_some()
+    });
+    match result.expect("wait_for returns once the result is in") {
+        Ok(value) => value,
+        Err(payload) => panic::resume_unwind(payload),
+    }
+}
+
+fn remote_and_task(what: &str) -> (Arc<RemoteQueue>, u64) {
+    with_scheduler(what, |scheduler| {
+        (scheduler.remote.clone(), scheduler.current_task().id)
+    })
+}
+
+/// Parks (as a remote wait, which the deadlock detector counts as wakeable) until `done()`.
+/// Cancellation is deferred: the green thread keeps waiting for the work it handed out, so
+/// that nothing it lent to the other thread is freed early, and unwinds afterwards.
+fn wait_for(what: &'static str, mut done: impl FnMut() -> bool) {
+    with_scheduler(what, |scheduler| {
+        scheduler
+            .remote_pending
+            .set(scheduler.remote_pending.get() + 1)
+    });
+    let _pending = PendingGuard;
+    let mut cancelled = None;
+    while !done() {
+        let park = panic::catch_unwind(AssertUnwindSafe(|| {
+            scheduler::park(what, Wait::Remote(what), None, None, |_, _| {})
+        }));
+        if let Err(payload) = park {
+            cancelled.get_or_insert(payload);
+        }
+    }
+    if let Some(payload) = cancelled {
+        panic::resume_unwind(payload);
+    }
 }
 
 /// Keeps the runtime's count of remote operations in flight right, even when the wait unwinds.
@@ -62,6 +132,85 @@ impl Drop for PendingGuard {
                     .remote_pending
                     .set(scheduler.remote_pending.get().saturating_sub(1))
             });
+        }
+    }
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The process-wide pool behind [`unblock`].
+struct BlockingPool {
+    state: Mutex<PoolState>,
+    work: Condvar,
+}
+
+struct PoolState {
+    jobs: VecDeque<Job>,
+    threads: usize,
+    idle: usize,
+}
+
+const MAX_POOL_THREADS: usize = 16;
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl BlockingPool {
+    fn global() -> &'static BlockingPool {
+        static POOL: OnceLock<BlockingPool> = OnceLock::new();
+        POOL.get_or_init(|| BlockingPool {
+            state: Mutex::new(PoolState {
+                jobs: VecDeque::new(),
+                threads: 0,
+                idle: 0,
+            }),
+            work: Condvar::new(),
+        })
+    }
+
+    fn submit(&'static self, job: Job) {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        state.jobs.push_back(job);
+        if state.idle == 0 && state.threads < MAX_POOL_THREADS {
+            state.threads += 1;
+            let spawned = std::thread::Builder::new()
+                .name("greenweave-unblock".into())
+                .spawn(move || self.work_loop());
+            if spawned.is_err() {
+                state.threads -= 1;
+            }
+        } else {
+            self.work.notify_one();
+        }
+    }
+
+    fn work_loop(&self) {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        loop {
+            if let Some(job) = state.jobs.pop_front() {
+                drop(state);
+                job();
+                state = self
+                    .state
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                continue;
+            }
+            state.idle += 1;
+            let (next, timeout) = self
+                .work
+                .wait_timeout(state, POOL_IDLE_TIMEOUT)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            state = next;
+            state.idle -= 1;
+            if timeout.timed_out() && state.jobs.is_empty() {
+                state.threads -= 1;
+                return;
+            }
         }
     }
 }

@@ -15,6 +15,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -41,18 +42,26 @@ pub(crate) struct Cancelled;
 
 /// Wake-ups sent from other OS threads: a list under a lock, and an eventfd that makes the
 /// runtime's `epoll_wait` return.
+///
+/// A remote wake-up names a green thread, not a park: it makes the thread runnable if it is
+/// parked at all, and the woken code re-checks what it waits for (a remote result, a remote
+/// channel's queue), as every waiter in the runtime does. So a wake-up that arrives between
+/// two parks of the same wait is never lost, and one that arrives late is harmless.
 pub(crate) struct RemoteQueue {
     eventfd: EventFd,
-    woken: Mutex<Vec<(u64, u64)>>,
+    woken: Mutex<Vec<u64>>,
+    /// Live `Send` handles (remote senders) through which a wake-up may still come; while
+    /// non-zero the deadlock detector cannot rule one out.
+    pub(crate) handles: AtomicUsize,
 }
 
 impl RemoteQueue {
-    /// Wakes green thread `task_id` if it is still in park number `park`. Any thread.
-    pub(crate) fn wake(&self, task_id: u64, park: u64) {
+    /// Makes green thread `task_id` runnable if it is parked. Callable from any thread.
+    pub(crate) fn wake(&self, task_id: u64) {
         self.woken
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push((task_id, park));
+            .push(task_id);
         self.eventfd.notify();
     }
 }
@@ -135,6 +144,7 @@ impl Scheduler {
         let remote = Arc::new(RemoteQueue {
             eventfd: EventFd::new()?,
             woken: Mutex::new(Vec::new()),
+            handles: AtomicUsize::new(0),
         });
         reactor.register_remote(std::os::fd::AsRawFd::as_raw_fd(&remote.eventfd))?;
         Ok(Rc::new(Scheduler {
@@ -333,9 +343,10 @@ impl Scheduler {
                     .lock()
                     .unwrap_or_else(|poisoned| poisoned.into_inner()),
             );
-            for (task_id, park) in woken {
+            for task_id in woken {
                 let task = self.tasks.borrow().get(&task_id).cloned();
                 if let Some(task) = task {
+                    let park = task.park_number.get();
                     self.unpark(task, park, Wake::Notified);
                 }
             }
@@ -345,6 +356,7 @@ impl Scheduler {
     /// Whether a parked task can be woken by something other than a green thread.
     fn can_anything_wake(&self) -> bool {
         self.remote_pending.get() > 0
+            || self.remote.handles.load(Ordering::Acquire) > 0
             || self
                 .tasks
                 .borrow()

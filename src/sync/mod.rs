@@ -6,4 +6,6 @@
 //! [`mpsc::Sender::remote`], a `Send` handle whose sends wake the receiving green thread
 //! through the runtime's eventfd.
 
+pub mod mpsc;
+pub mod oneshot;
 pub(crate) mod wait_queue;

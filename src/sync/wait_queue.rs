@@ -53,12 +53,4 @@ impl WaitQueue {
     pub(crate) fn notify_all(&self) {
         while self.notify_one() {}
     }
-
-    /// Whether any green thread is still parked here.
-    pub(crate) fn has_waiters(&self) -> bool {
-        self.waiters
-            .borrow_mut()
-            .retain(|(task, park)| task.is_in_park(*park));
-        !self.waiters.borrow().is_empty()
-    }
 }

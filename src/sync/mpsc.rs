@@ -1,0 +1,591 @@
+//! Green channels in `std::sync::mpsc`'s shape: [`channel`] (unbounded), [`sync_channel`]
+//! (bounded; 0 is a rendezvous), and [`Sender::remote`], the `Send` handle that lets another
+//! OS thread send to a green receiver.
+//!
+//! The error types are std's own (`SendError`, `RecvError`, `TryRecvError`,
+//! `RecvTimeoutError`, `TrySendError`), so code written against std's channels matches on the
+//! same variants.
+//!
+//! ```
+//! use greenweave::sync::mpsc;
+//!
+//! greenweave::run(|| {
+//!     let (tx, rx) = mpsc::channel();
+//!     for id in 0..3 {
+//!         let tx = tx.clone();
+//!         greenweave::spawn(move || tx.send(id * 10).unwrap());
+//!     }
+//!     drop(tx);
+//!     let mut got: Vec<i32> = rx.iter().collect(); // ends when every sender is gone
+//!     got.sort();
+//!     assert_eq!(got, [0, 10, 20]);
+//! });
+//! ```
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::fmt;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub use std::sync::mpsc::{RecvError, RecvTimeoutError, SendError, TryRecvError, TrySendError};
+
+use crate::runtime::scheduler::{self, RemoteQueue, with_scheduler};
+use crate::runtime::task::{Task, Wait, Wake};
+
+use super::wait_queue::WaitQueue;
+
+/// State shared by the ends of one channel (all on one runtime).
+struct Shared<T> {
+    /// Messages with their sequence numbers (a rendezvous sender waits for its own).
+    queue: RefCell<VecDeque<(u64, T)>>,
+    /// `None`: unbounded; `Some(0)`: rendezvous.
+    bound: Option<usize>,
+    next_seq: Cell<u64>,
+    /// Sequence number of the next message the receiver will take.
+    next_taken: Cell<u64>,
+    senders: Cell<usize>,
+    receiver_alive: Cell<bool>,
+    /// The receiver, while parked in a receive, with its park number.
+    receiver_parked: RefCell<Option<(Rc<Task>, u64)>>,
+    /// Senders of a bounded channel waiting for room (or for their message to be taken).
+    senders_waiting: WaitQueue,
+    /// Messages from other OS threads, once a remote sender exists.
+    inbox: RefCell<Option<Arc<Inbox<T>>>>,
+}
+
+impl<T> Shared<T> {
+    fn new(bound: Option<usize>) -> Rc<Shared<T>> {
+        Rc::new(Shared {
+            queue: RefCell::new(VecDeque::new()),
+            bound,
+            next_seq: Cell::new(0),
+            next_taken: Cell::new(0),
+            senders: Cell::new(1),
+            receiver_alive: Cell::new(true),
+            receiver_parked: RefCell::new(None),
+            senders_waiting: WaitQueue::new(),
+            inbox: RefCell::new(None),
+        })
+    }
+
+    fn wake_receiver(&self) {
+        if let Some((task, park)) = self.receiver_parked.borrow_mut().take() {
+            with_scheduler("a channel", |scheduler| {
+                scheduler.unpark(task, park, Wake::Notified)
+            });
+        }
+    }
+
+    /// Appends a message; returns its sequence number.
+    fn push(&self, message: T) -> u64 {
+        let seq = self.next_seq.get();
+        self.next_seq.set(seq + 1);
+        self.queue.borrow_mut().push_back((seq, message));
+        self.wake_receiver();
+        seq
+    }
+
+    fn remote_senders(&self) -> usize {
+        self.inbox
+            .borrow()
+            .as_ref()
+            .map_or(0, |inbox| inbox.lock().senders)
+    }
+}
+
+/// Messages sent from other OS threads, under a lock.
+struct Inbox<T> {
+    state: Mutex<InboxState<T>>,
+    remote: Arc<RemoteQueue>,
+}
+
+struct InboxState<T> {
+    messages: VecDeque<T>,
+    senders: usize,
+    receiver_alive: bool,
+    /// The green receiver's task id while it is parked (or about to park) in a receive.
+    waiting: Option<u64>,
+}
+
+impl<T> Inbox<T> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, InboxState<T>> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Creates an unbounded channel: `send` never parks.
+///
+/// # Panics
+/// No: the ends can be created anywhere, but sending and receiving need a runtime.
+pub fn channel<T>() -> (Sender<T>, Receiver<T>) {
+    let shared = Shared::new(None);
+    (
+        Sender {
+            shared: shared.clone(),
+        },
+        Receiver { shared },
+    )
+}
+
+/// Creates a bounded channel holding at most `bound` messages: `send` parks while it is full.
+/// With `bound == 0` every send waits until the receiver has taken its message (a rendezvous).
+///
+/// ```
+/// use greenweave::sync::mpsc;
+///
+/// greenweave::run(|| {
+///     let (tx, rx) = mpsc::sync_channel(0);
+///     let producer = greenweave::spawn(move || {
+///         tx.send("hand-off").unwrap(); // returns only once the receiver has it
+///     });
+///     assert_eq!(rx.recv().unwrap(), "hand-off");
+///     producer.join().unwrap();
+/// });
+/// ```
+pub fn sync_channel<T>(bound: usize) -> (SyncSender<T>, Receiver<T>) {
+    let shared = Shared::new(Some(bound));
+    (
+        SyncSender {
+            shared: shared.clone(),
+        },
+        Receiver { shared },
+    )
+}
+
+/// The sending half of [`channel`]; clone it for more senders.
+pub struct Sender<T> {
+    shared: Rc<Shared<T>>,
+}
+
+impl<T> Sender<T> {
+    /// Sends a message; never parks. Fails (handing the message back) if the receiver is gone.
+    pub fn send(&self, message: T) -> Result<(), SendError<T>> {
+        if !self.shared.receiver_alive.get() {
+            return Err(SendError(message));
+        }
+        self.shared.push(message);
+        Ok(())
+    }
+}
+
+impl<T: Send> Sender<T> {
+    /// A `Send` handle for another OS thread: its sends wake the receiving green thread through
+    /// the runtime's eventfd. While any remote sender is alive, the runtime knows a wake-up can
+    /// come from outside, so a receiver waiting only on it is not reported as a deadlock.
+    /// Remote sends are unbounded.
+    ///
+    /// # Panics
+    /// Outside a runtime.
+    ///
+    /// ```
+    /// use greenweave::sync::mpsc;
+    ///
+    /// greenweave::run(|| {
+    ///     let (tx, rx) = mpsc::channel();
+    ///     let remote = tx.remote();
+    ///     drop(tx);
+    ///     let worker = std::thread::spawn(move || {
+    ///         for n in 1..=3 {
+    ///             remote.send(n).unwrap();
+    ///         }
+    ///     });
+    ///     let got: Vec<u32> = rx.iter().collect(); // ends when the remote sender is dropped
+    ///     assert_eq!(got, [1, 2, 3]);
+    ///     worker.join().unwrap();
+    /// });
+    /// ```
+    pub fn remote(&self) -> RemoteSender<T> {
+        let mut inbox = self.shared.inbox.borrow_mut();
+        let inbox = inbox.get_or_insert_with(|| {
+            let remote = with_scheduler("Sender::remote", |scheduler| scheduler.remote.clone());
+            Arc::new(Inbox {
+                state: Mutex::new(InboxState {
+                    messages: VecDeque::new(),
+                    senders: 0,
+                    receiver_alive: self.shared.receiver_alive.get(),
+                    waiting: None,
+                }),
+                remote,
+            })
+        });
+        RemoteSender::attach(inbox.clone())
+    }
+}
+
+impl<T> Clone for Sender<T> {
+    fn clone(&self) -> Self {
+        self.shared.senders.set(self.shared.senders.get() + 1);
+        Sender {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<T> Drop for Sender<T> {
+    fn drop(&mut self) {
+        release_sender(&self.shared);
+    }
+}
+
+fn release_sender<T>(shared: &Shared<T>) {
+    shared.senders.set(shared.senders.get() - 1);
+    if shared.senders.get() == 0 && scheduler::in_runtime() {
+        // The receiver may be waiting for a message that can now never come.
+        shared.wake_receiver();
+    }
+}
+
+impl<T> fmt::Debug for Sender<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sender").finish_non_exhaustive()
+    }
+}
+
+/// The sending half of [`sync_channel`]; clone it for more senders.
+pub struct SyncSender<T> {
+    shared: Rc<Shared<T>>,
+}
+
+impl<T> SyncSender<T> {
+    /// Sends a message, parking while the channel is full (for a rendezvous channel, until the
+    /// receiver has taken it). Fails, handing the message back, if the receiver is gone first.
+    ///
+    /// # Panics
+    /// If it has to park outside a runtime.
+    pub fn send(&self, message: T) -> Result<(), SendError<T>> {
+        let shared = &self.shared;
+        let bound = shared.bound.expect("a SyncSender's channel is bounded");
+        while bound > 0 && shared.queue.borrow().len() >= bound {
+            if !shared.receiver_alive.get() {
+                return Err(SendError(message));
+            }
+            shared.senders_waiting.wait("a full channel (send)", None);
+        }
+        if !shared.receiver_alive.get() {
+            return Err(SendError(message));
+        }
+        let seq = shared.push(message);
+        if bound == 0 {
+            while shared.next_taken.get() <= seq {
+                if !shared.receiver_alive.get() {
+                    // Never taken: take it back and hand it to the caller.
+                    let mut queue = shared.queue.borrow_mut();
+                    let at = queue.iter().position(|(queued, _)| *queued == seq);
+                    if let Some((_, message)) = at.and_then(|at| queue.remove(at)) {
+                        return Err(SendError(message));
+                    }
+                    return Ok(());
+                }
+                shared
+                    .senders_waiting
+                    .wait("a rendezvous channel (send)", None);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends without parking: `Full` if there is no room (for a rendezvous channel: unless the
+    /// receiver is parked waiting, in which case the message is handed over),
+    /// `Disconnected` if the receiver is gone.
+    pub fn try_send(&self, message: T) -> Result<(), TrySendError<T>> {
+        let shared = &self.shared;
+        if !shared.receiver_alive.get() {
+            return Err(TrySendError::Disconnected(message));
+        }
+        let bound = shared.bound.expect("a SyncSender's channel is bounded");
+        let room = if bound == 0 {
+            shared.receiver_parked.borrow().is_some() && shared.queue.borrow().is_empty()
+        } else {
+            shared.queue.borrow().len() < bound
+        };
+        if !room {
+            return Err(TrySendError::Full(message));
+        }
+        shared.push(message);
+        Ok(())
+    }
+}
+
+impl<T> Clone for SyncSender<T> {
+    fn clone(&self) -> Self {
+        self.shared.senders.set(self.shared.senders.get() + 1);
+        SyncSender {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<T> Drop for SyncSender<T> {
+    fn drop(&mut self) {
+        release_sender(&self.shared);
+    }
+}
+
+impl<T> fmt::Debug for SyncSender<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SyncSender").finish_non_exhaustive()
+    }
+}
+
+/// A sender for another OS thread (see [`Sender::remote`]). `Send` and `Clone`.
+pub struct RemoteSender<T> {
+    inbox: Arc<Inbox<T>>,
+}
+
+impl<T> RemoteSender<T> {
+    fn attach(inbox: Arc<Inbox<T>>) -> RemoteSender<T> {
+        inbox.lock().senders += 1;
+        inbox.remote.handles.fetch_add(1, Ordering::AcqRel);
+        RemoteSender { inbox }
+    }
+
+    /// Sends a message from any thread; never blocks. Fails, handing the message back, if the
+    /// receiver is gone.
+    pub fn send(&self, message: T) -> Result<(), SendError<T>> {
+        let waiting = {
+            let mut state = self.inbox.lock();
+            if !state.receiver_alive {
+                return Err(SendError(message));
+            }
+            state.messages.push_back(message);
+            state.waiting.take()
+        };
+        if let Some(task_id) = waiting {
+            self.inbox.remote.wake(task_id);
+        }
+        Ok(())
+    }
+}
+
+impl<T> Clone for RemoteSender<T> {
+    fn clone(&self) -> Self {
+        RemoteSender::attach(self.inbox.clone())
+    }
+}
+
+impl<T> Drop for RemoteSender<T> {
+    fn drop(&mut self) {
+        let waiting = {
+            let mut state = self.inbox.lock();
+            state.senders -= 1;
+            if state.senders == 0 {
+                state.waiting.take()
+            } else {
+                None
+            }
+        };
+        self.inbox.remote.handles.fetch_sub(1, Ordering::AcqRel);
+        if let Some(task_id) = waiting {
+            // The receiver may be waiting for a message that can now never come.
+            self.inbox.remote.wake(task_id);
+        }
+    }
+}
+
+impl<T> fmt::Debug for RemoteSender<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RemoteSender").finish_non_exhaustive()
+    }
+}
+
+/// The receiving half of a channel.
+pub struct Receiver<T> {
+    shared: Rc<Shared<T>>,
+}
+
+impl<T> Receiver<T> {
+    /// Takes the next message, parking this green thread until one arrives. Fails once the
+    /// channel is empty and every sender (local and remote) is gone.
+    ///
+    /// # Panics
+    /// If it has to park outside a runtime.
+    pub fn recv(&self) -> Result<T, RecvError> {
+        self.recv_until(None).map_err(|_| RecvError)
+    }
+
+    /// Like [`recv`](Self::recv), giving up after `timeout`.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
+        self.recv_until(Instant::now().checked_add(timeout))
+    }
+
+    /// Takes a message if one is there, without parking.
+    pub fn try_recv(&self) -> Result<T, TryRecvError> {
+        match self.take() {
+            Some(message) => Ok(message),
+            None if self.is_disconnected() => Err(TryRecvError::Disconnected),
+            None => Err(TryRecvError::Empty),
+        }
+    }
+
+    /// An iterator that receives until every sender is gone.
+    pub fn iter(&self) -> Iter<'_, T> {
+        Iter { receiver: self }
+    }
+
+    /// An iterator over the messages already there; never parks.
+    pub fn try_iter(&self) -> TryIter<'_, T> {
+        TryIter { receiver: self }
+    }
+
+    fn recv_until(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        loop {
+            if let Some(message) = self.take() {
+                return Ok(message);
+            }
+            if self.is_disconnected() {
+                return Err(RecvTimeoutError::Disconnected);
+            }
+            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return Err(RecvTimeoutError::Timeout);
+            }
+            let wake = scheduler::park(
+                "Receiver::recv",
+                Wait::Sync("a channel (recv)"),
+                deadline,
+                None,
+                |task, park| {
+                    *self.shared.receiver_parked.borrow_mut() = Some((task.clone(), park));
+                    if let Some(inbox) = &*self.shared.inbox.borrow() {
+                        let mut state = inbox.lock();
+                        state.waiting = Some(task.id);
+                        if !state.messages.is_empty() || state.senders == 0 {
+                            // Something arrived since we looked: make sure we wake.
+                            drop(state);
+                            inbox.remote.wake(task.id);
+                        }
+                    }
+                },
+            );
+            *self.shared.receiver_parked.borrow_mut() = None;
+            if let Some(inbox) = &*self.shared.inbox.borrow() {
+                inbox.lock().waiting = None;
+            }
+            if wake == Wake::TimedOut && self.shared.queue.borrow().is_empty() {
+                if let Some(message) = self.take() {
+                    return Ok(message);
+                }
+                return Err(RecvTimeoutError::Timeout);
+            }
+        }
+    }
+
+    /// The next message, local first, then from other threads.
+    fn take(&self) -> Option<T> {
+        let shared = &self.shared;
+        if let Some((seq, message)) = shared.queue.borrow_mut().pop_front() {
+            shared.next_taken.set(seq + 1);
+            if shared.bound.is_some() && scheduler::in_runtime() {
+                // Room for a parked sender (bounded), or a rendezvous sender's message taken.
+                if shared.bound == Some(0) {
+                    shared.senders_waiting.notify_all();
+                } else {
+                    shared.senders_waiting.notify_one();
+                }
+            }
+            return Some(message);
+        }
+        let inbox = shared.inbox.borrow();
+        inbox
+            .as_ref()
+            .and_then(|inbox| inbox.lock().messages.pop_front())
+    }
+
+    fn is_disconnected(&self) -> bool {
+        self.shared.senders.get() == 0
+            && self.shared.remote_senders() == 0
+            && self.shared.queue.borrow().is_empty()
+            && self
+                .shared
+                .inbox
+                .borrow()
+                .as_ref()
+                .is_none_or(|inbox| inbox.lock().messages.is_empty())
+    }
+}
+
+impl<T> Drop for Receiver<T> {
+    fn drop(&mut self) {
+        let shared = &self.shared;
+        shared.receiver_alive.set(false);
+        if let Some(inbox) = &*shared.inbox.borrow() {
+            let mut state = inbox.lock();
+            state.receiver_alive = false;
+            state.messages.clear();
+        }
+        if shared.bound != Some(0) {
+            // Nobody will read them; a rendezvous sender takes its own message back instead.
+            shared.queue.borrow_mut().clear();
+        }
+        if scheduler::in_runtime() {
+            shared.senders_waiting.notify_all();
+        }
+    }
+}
+
+impl<T> fmt::Debug for Receiver<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Receiver").finish_non_exhaustive()
+    }
+}
+
+/// Iterator of [`Receiver::iter`].
+pub struct Iter<'a, T> {
+    receiver: &'a Receiver<T>,
+}
+
+impl<T> Iterator for Iter<'_, T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        self.receiver.recv().ok()
+    }
+}
+
+/// Iterator of [`Receiver::try_iter`].
+pub struct TryIter<'a, T> {
+    receiver: &'a Receiver<T>,
+}
+
+impl<T> Iterator for TryIter<'_, T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        self.receiver.try_recv().ok()
+    }
+}
+
+/// Iterator of `Receiver`'s `IntoIterator`.
+pub struct IntoIter<T> {
+    receiver: Receiver<T>,
+}
+
+impl<T> Iterator for IntoIter<T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        self.receiver.recv().ok()
+    }
+}
+
+impl<T> IntoIterator for Receiver<T> {
+    type Item = T;
+    type IntoIter = IntoIter<T>;
+
+    fn into_iter(self) -> IntoIter<T> {
+        IntoIter { receiver: self }
+    }
+}
+
+impl<'a, T> IntoIterator for &'a Receiver<T> {
+    type Item = T;
+    type IntoIter = Iter<'a, T>;
+
+    fn into_iter(self) -> Iter<'a, T> {
+        self.iter()
+    }
+}

@@ -1,0 +1,391 @@
+//! Green channels (`sync::mpsc`, `sync::oneshot`), the remote bridge from other OS threads,
+//! `time::timeout` and `unblock`: what each delivers, in what order, and how each fails.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashSet;
+use std::panic::{self, AssertUnwindSafe};
+use std::rc::Rc;
+use std::time::Duration;
+
+use greenweave::sync::{mpsc, oneshot};
+use greenweave::thread::{self, Builder};
+use greenweave::time::timeout;
+
+/// Counts its drops.
+struct Tally(Rc<Cell<usize>>);
+
+impl Drop for Tally {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() + 1);
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|text| text.to_string()))
+        .unwrap_or_default()
+}
+
+#[test]
+fn messages_arrive_in_the_order_one_sender_sent_them() {
+    let got = greenweave::run(|| {
+        let (tx, rx) = mpsc::channel();
+        greenweave::spawn(move || {
+            for n in 0..100 {
+                tx.send(n).unwrap();
+                if n % 7 == 0 {
+                    thread::yield_now();
+                }
+            }
+        });
+        rx.iter().collect::<Vec<u32>>()
+    });
+    assert_eq!(got, (0..100).collect::<Vec<_>>());
+}
+
+#[test]
+fn recv_fails_once_every_sender_is_gone_and_send_fails_once_the_receiver_is() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::channel::<u8>();
+        tx.send(1).unwrap();
+        drop(tx);
+        assert_eq!(rx.recv(), Ok(1), "queued messages are still delivered");
+        assert_eq!(rx.recv(), Err(mpsc::RecvError));
+        assert_eq!(rx.try_recv(), Err(mpsc::TryRecvError::Disconnected));
+
+        let (tx, rx) = mpsc::channel::<u8>();
+        drop(rx);
+        assert_eq!(
+            tx.send(7),
+            Err(mpsc::SendError(7)),
+            "the message comes back"
+        );
+    });
+}
+
+#[test]
+fn a_parked_receiver_wakes_with_an_error_when_the_last_sender_drops() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::channel::<u8>();
+        let receiver = greenweave::spawn(move || rx.recv());
+        thread::yield_now();
+        drop(tx);
+        assert_eq!(receiver.join().unwrap(), Err(mpsc::RecvError));
+    });
+}
+
+#[test]
+fn try_recv_and_recv_timeout_report_empty_and_timeout() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::channel::<u8>();
+        assert_eq!(rx.try_recv(), Err(mpsc::TryRecvError::Empty));
+        assert_eq!(
+            rx.recv_timeout(Duration::from_millis(5)),
+            Err(mpsc::RecvTimeoutError::Timeout)
+        );
+        tx.send(3).unwrap();
+        assert_eq!(rx.recv_timeout(Duration::from_millis(5)), Ok(3));
+    });
+}
+
+#[test]
+fn a_bounded_channel_parks_senders_while_full_and_keeps_fifo_order() {
+    let log = greenweave::run(|| {
+        let log = Rc::new(RefCell::new(Vec::new()));
+        let (tx, rx) = mpsc::sync_channel(2);
+        let sent = log.clone();
+        let producer = greenweave::spawn(move || {
+            for n in 0..5 {
+                tx.send(n).unwrap();
+                sent.borrow_mut().push(format!("sent {n}"));
+            }
+        });
+        thread::yield_now();
+        log.borrow_mut().push("receiving".to_owned());
+        let got: Vec<u32> = rx.iter().collect();
+        producer.join().unwrap();
+        assert_eq!(got, [0, 1, 2, 3, 4]);
+        Rc::try_unwrap(log).unwrap().into_inner()
+    });
+    // Two fit before the receiver runs; the third send parked until a slot freed.
+    assert_eq!(&log[..3], ["sent 0", "sent 1", "receiving"]);
+}
+
+#[test]
+fn try_send_reports_full_and_disconnected() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::sync_channel(1);
+        assert_eq!(tx.try_send(1), Ok(()));
+        assert_eq!(tx.try_send(2), Err(mpsc::TrySendError::Full(2)));
+        drop(rx);
+        assert_eq!(tx.try_send(3), Err(mpsc::TrySendError::Disconnected(3)));
+    });
+}
+
+#[test]
+fn a_rendezvous_send_returns_only_after_the_receiver_took_the_message() {
+    let order = greenweave::run(|| {
+        let order = Rc::new(RefCell::new(Vec::new()));
+        let (tx, rx) = mpsc::sync_channel(0);
+        let log = order.clone();
+        let sender = greenweave::spawn(move || {
+            tx.send("ping").unwrap();
+            log.borrow_mut().push("send returned");
+        });
+        thread::yield_now();
+        thread::yield_now();
+        order.borrow_mut().push("about to receive");
+        assert_eq!(rx.recv().unwrap(), "ping");
+        sender.join().unwrap();
+        Rc::try_unwrap(order).unwrap().into_inner()
+    });
+    assert_eq!(order, ["about to receive", "send returned"]);
+}
+
+#[test]
+fn a_rendezvous_send_gets_its_message_back_if_the_receiver_goes_first() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::sync_channel::<String>(0);
+        let sender = greenweave::spawn(move || tx.send("lost?".to_owned()));
+        thread::yield_now();
+        drop(rx);
+        assert_eq!(
+            sender.join().unwrap(),
+            Err(mpsc::SendError("lost?".to_owned()))
+        );
+    });
+}
+
+#[test]
+fn a_remote_sender_used_from_four_os_threads_delivers_every_message_exactly_once() {
+    const PER_THREAD: u32 = 2_000;
+    let got = greenweave::run(|| {
+        let (tx, rx) = mpsc::channel::<(u32, u32)>();
+        let workers: Vec<_> = (0..4)
+            .map(|worker| {
+                let remote = tx.remote();
+                std::thread::spawn(move || {
+                    for n in 0..PER_THREAD {
+                        remote.send((worker, n)).unwrap();
+                    }
+                })
+            })
+            .collect();
+        drop(tx);
+        // A green thread keeps running meanwhile: the receiver parks, the OS thread does not.
+        let ticks = Rc::new(Cell::new(0));
+        let counter = ticks.clone();
+        let ticker = greenweave::spawn(move || {
+            for _ in 0..10 {
+                counter.set(counter.get() + 1);
+                thread::yield_now();
+            }
+        });
+        let got: Vec<(u32, u32)> = rx.iter().collect();
+        for worker in workers {
+            worker.join().unwrap();
+        }
+        ticker.join().unwrap();
+        assert_eq!(ticks.get(), 10);
+        got
+    });
+    assert_eq!(got.len(), 4 * PER_THREAD as usize);
+    let distinct: HashSet<_> = got.iter().copied().collect();
+    assert_eq!(distinct.len(), got.len(), "no message twice");
+    for worker in 0..4 {
+        let mine: Vec<u32> = got
+            .iter()
+            .filter(|(w, _)| *w == worker)
+            .map(|(_, n)| *n)
+            .collect();
+        assert_eq!(
+            mine,
+            (0..PER_THREAD).collect::<Vec<_>>(),
+            "each sender's order is kept"
+        );
+    }
+}
+
+#[test]
+fn a_receiver_waiting_only_on_a_live_remote_sender_is_not_a_deadlock() {
+    let got = greenweave::run(|| {
+        let (tx, rx) = mpsc::channel::<u8>();
+        let remote = tx.remote();
+        drop(tx);
+        let worker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            remote.send(9).unwrap();
+        });
+        let got = rx.recv();
+        worker.join().unwrap();
+        got
+    });
+    assert_eq!(got, Ok(9));
+}
+
+#[test]
+fn a_deadlock_among_channels_is_reported_with_every_parked_green_thread() {
+    let outcome = panic::catch_unwind(|| {
+        greenweave::run(|| {
+            let (to_alice, alice_inbox) = mpsc::channel::<u8>();
+            let (to_bob, bob_inbox) = mpsc::channel::<u8>();
+            let alice = Builder::new()
+                .name("alice".into())
+                .spawn(move || {
+                    let n = alice_inbox.recv().unwrap();
+                    to_bob.send(n).unwrap();
+                })
+                .unwrap();
+            let bob = Builder::new()
+                .name("bob".into())
+                .spawn(move || {
+                    let n = bob_inbox.recv().unwrap();
+                    to_alice.send(n).unwrap();
+                })
+                .unwrap();
+            alice.join().unwrap();
+            bob.join().unwrap();
+        })
+    });
+    let message = panic_message(&*outcome.unwrap_err());
+    assert!(message.contains("deadlock"), "{message}");
+    assert!(
+        message.contains("'alice'") && message.contains("'bob'"),
+        "{message}"
+    );
+    assert!(message.contains("waiting on a channel (recv)"), "{message}");
+    assert!(
+        message.contains("'main' (id 1): joining green thread"),
+        "{message}"
+    );
+}
+
+#[test]
+fn a_oneshot_delivers_its_value_and_reports_a_dropped_sender() {
+    greenweave::run(|| {
+        let (tx, rx) = oneshot::channel();
+        greenweave::spawn(move || {
+            thread::yield_now();
+            tx.send("done").unwrap();
+        });
+        assert_eq!(rx.recv(), Ok("done"));
+
+        let (tx, rx) = oneshot::channel::<u8>();
+        drop(tx);
+        assert_eq!(rx.recv(), Err(oneshot::RecvError));
+
+        let (tx, mut rx) = oneshot::channel::<u8>();
+        assert_eq!(
+            rx.recv_timeout(Duration::from_millis(2)),
+            Err(oneshot::RecvTimeoutError::Timeout)
+        );
+        drop(rx);
+        assert!(tx.is_closed());
+        assert_eq!(tx.send(1), Err(1));
+    });
+}
+
+#[test]
+fn timeout_interrupts_a_channel_receive_and_runs_the_bodys_destructors() {
+    let drops = Rc::new(Cell::new(0));
+    let counted = drops.clone();
+    greenweave::run(move || {
+        let (_tx, rx) = mpsc::channel::<u8>();
+        let result = timeout(Duration::from_millis(5), || {
+            let _guard = Tally(counted.clone());
+            rx.recv()
+        });
+        assert!(result.is_err());
+        assert_eq!(counted.get(), 1, "the body was unwound");
+        // The receiver still works after the scope ended.
+        assert_eq!(rx.try_recv(), Err(mpsc::TryRecvError::Empty));
+    });
+    assert_eq!(drops.get(), 1);
+}
+
+#[test]
+fn timeout_interrupts_sleeps_joins_and_socket_reads() {
+    greenweave::run(|| {
+        assert!(
+            timeout(Duration::from_millis(5), || thread::sleep(
+                Duration::from_secs(60)
+            ))
+            .is_err()
+        );
+        let sleeper = greenweave::spawn(|| thread::sleep(Duration::from_millis(200)));
+        assert!(timeout(Duration::from_millis(5), || sleeper.join()).is_err());
+
+        let listener = greenweave::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let client = greenweave::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let read = timeout(Duration::from_millis(5), || {
+            use std::io::Read;
+            let mut buf = [0; 8];
+            (&server).read(&mut buf)
+        });
+        assert!(read.is_err());
+        drop(client);
+    });
+}
+
+#[test]
+fn nested_timeouts_each_report_only_their_own_expiry() {
+    greenweave::run(|| {
+        let outer = timeout(Duration::from_millis(5), || {
+            let inner = timeout(Duration::from_secs(60), || {
+                thread::sleep(Duration::from_secs(60))
+            });
+            unreachable!("the outer deadline ends both scopes: {inner:?}");
+        });
+        assert!(outer.is_err());
+
+        let outer = timeout(Duration::from_secs(60), || {
+            timeout(Duration::from_millis(5), || {
+                thread::sleep(Duration::from_secs(60))
+            })
+        });
+        assert_eq!(outer.map(|inner| inner.is_err()), Ok(true));
+    });
+}
+
+#[test]
+fn timeout_returns_the_value_of_a_body_that_finishes_in_time() {
+    greenweave::run(|| {
+        assert_eq!(timeout(Duration::from_secs(60), || 5), Ok(5));
+    });
+}
+
+#[test]
+fn unblock_runs_on_another_os_thread_while_other_green_threads_run() {
+    greenweave::run(|| {
+        let ticks = Rc::new(Cell::new(0));
+        let counter = ticks.clone();
+        let ticker = greenweave::spawn(move || {
+            for _ in 0..5 {
+                counter.set(counter.get() + 1);
+                thread::yield_now();
+            }
+        });
+        let caller = std::thread::current().id();
+        let (ran_on, value) = greenweave::unblock(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            (std::thread::current().id(), 42)
+        });
+        assert_eq!(value, 42);
+        assert_ne!(ran_on, caller, "the closure ran on a helper thread");
+        assert_eq!(ticks.get(), 5, "the ticker ran to completion meanwhile");
+        ticker.join().unwrap();
+    });
+}
+
+#[test]
+fn a_panic_in_unblock_is_raised_in_the_calling_green_thread() {
+    greenweave::run(|| {
+        let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
+            greenweave::unblock(|| -> u8 { panic!("helper failed") })
+        }));
+        assert_eq!(panic_message(&*outcome.unwrap_err()), "helper failed");
+    });
+}
