@@ -79,6 +79,11 @@ const ROWS: &[Row] = &[
         run: yield_round_trips,
     },
     Row {
+        name: "channel ping-pong round trip (2 green threads)",
+        iterations: 500_000,
+        run: channel_round_trips,
+    },
+    Row {
         name: "green thread spawn+join (trivial body)",
         iterations: 500_000,
         run: green_spawn_joins,
@@ -189,6 +194,33 @@ fn yield_round_trips(iterations: u64) -> Duration {
         }
         let elapsed = start.elapsed();
         partner.join().expect("the partner only yields");
+        elapsed
+    })
+}
+
+/// Ping-pong one word between two green threads over a pair of unbounded green channels:
+/// one iteration is a send and a receive on each side.
+fn channel_round_trips(iterations: u64) -> Duration {
+    use greenweave::sync::mpsc;
+    greenweave::run(move || {
+        let (to_echo, echo_inbox) = mpsc::channel::<u64>();
+        let (to_main, main_inbox) = mpsc::channel::<u64>();
+        let echo = greenweave::spawn(move || {
+            for value in echo_inbox.iter() {
+                to_main.send(value).expect("main outlives the echo loop");
+            }
+        });
+        let start = Instant::now();
+        for i in 0..iterations {
+            to_echo
+                .send(black_box(i))
+                .expect("the echo loop is running");
+            black_box(main_inbox.recv().expect("the echo loop answers"));
+        }
+        let elapsed = start.elapsed();
+        drop(to_echo);
+        echo.join()
+            .expect("the echo loop ends when its sender goes");
         elapsed
     })
 }
