@@ -389,3 +389,33 @@ fn a_panic_in_unblock_is_raised_in_the_calling_green_thread() {
         assert_eq!(panic_message(&*outcome.unwrap_err()), "helper failed");
     });
 }
+
+#[test]
+fn green_threads_sharing_one_receiver_each_get_distinct_messages() {
+    let got = greenweave::run(|| {
+        let (tx, rx) = mpsc::channel::<u32>();
+        let rx = Rc::new(rx);
+        let workers: Vec<_> = (0..3)
+            .map(|_| {
+                let rx = rx.clone();
+                greenweave::spawn(move || rx.iter().collect::<Vec<u32>>())
+            })
+            .collect();
+        thread::yield_now(); // every worker is parked in recv now
+        for n in 0..30 {
+            tx.send(n).unwrap();
+            if n % 4 == 0 {
+                thread::yield_now();
+            }
+        }
+        drop(tx);
+        workers.into_iter().map(|worker| worker.join().unwrap()).collect::<Vec<_>>()
+    });
+    // A worker that wakes drains what is queued, so the split is uneven, but the work is
+    // shared and no message is lost or doubled.
+    let busy = got.iter().filter(|mine| !mine.is_empty()).count();
+    assert!(busy >= 2, "more than one worker got work: {got:?}");
+    let mut all: Vec<u32> = got.into_iter().flatten().collect();
+    all.sort();
+    assert_eq!(all, (0..30).collect::<Vec<_>>());
+}

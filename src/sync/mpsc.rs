@@ -48,8 +48,9 @@ struct Shared<T> {
     next_taken: Cell<u64>,
     senders: Cell<usize>,
     receiver_alive: Cell<bool>,
-    /// The receiver, while parked in a receive, with its park number.
-    receiver_parked: RefCell<Option<(Rc<Task>, u64)>>,
+    /// Green threads parked in a receive, with their park numbers, in arrival order. Usually
+    /// one; several when green threads share the receiver (through an `Rc`).
+    receivers_waiting: RefCell<VecDeque<(Rc<Task>, u64)>>,
     /// Senders of a bounded channel waiting for room (or for their message to be taken).
     senders_waiting: WaitQueue,
     /// Messages from other OS threads, once a remote sender exists.
@@ -65,17 +66,31 @@ impl<T> Shared<T> {
             next_taken: Cell::new(0),
             senders: Cell::new(1),
             receiver_alive: Cell::new(true),
-            receiver_parked: RefCell::new(None),
+            receivers_waiting: RefCell::new(VecDeque::new()),
             senders_waiting: WaitQueue::new(),
             inbox: RefCell::new(None),
         })
     }
 
+    /// Wakes the longest-waiting receiver still parked.
     fn wake_receiver(&self) {
-        if let Some((task, park)) = self.receiver_parked.borrow_mut().take() {
-            with_scheduler("a channel", |scheduler| {
-                scheduler.unpark(task, park, Wake::Notified)
-            });
+        loop {
+            let Some((task, park)) = self.receivers_waiting.borrow_mut().pop_front() else {
+                return;
+            };
+            if task.is_in_park(park) {
+                with_scheduler("a channel", |scheduler| {
+                    scheduler.unpark(task, park, Wake::Notified)
+                });
+                return;
+            }
+        }
+    }
+
+    /// Wakes every parked receiver (the channel was disconnected).
+    fn wake_all_receivers(&self) {
+        while !self.receivers_waiting.borrow().is_empty() {
+            self.wake_receiver();
         }
     }
 
@@ -106,8 +121,8 @@ struct InboxState<T> {
     messages: VecDeque<T>,
     senders: usize,
     receiver_alive: bool,
-    /// The green receiver's task id while it is parked (or about to park) in a receive.
-    waiting: Option<u64>,
+    /// Task ids of green threads parked (or about to park) in a receive.
+    waiting: Vec<u64>,
 }
 
 impl<T> Inbox<T> {
@@ -208,7 +223,7 @@ impl<T: Send> Sender<T> {
                     messages: VecDeque::new(),
                     senders: 0,
                     receiver_alive: self.shared.receiver_alive.get(),
-                    waiting: None,
+                    waiting: Vec::new(),
                 }),
                 remote,
             })
@@ -235,8 +250,8 @@ impl<T> Drop for Sender<T> {
 fn release_sender<T>(shared: &Shared<T>) {
     shared.senders.set(shared.senders.get() - 1);
     if shared.senders.get() == 0 && scheduler::in_runtime() {
-        // The receiver may be waiting for a message that can now never come.
-        shared.wake_receiver();
+        // Receivers may be waiting for a message that can now never come.
+        shared.wake_all_receivers();
     }
 }
 
@@ -299,7 +314,12 @@ impl<T> SyncSender<T> {
         }
         let bound = shared.bound.expect("a SyncSender's channel is bounded");
         let room = if bound == 0 {
-            shared.receiver_parked.borrow().is_some() && shared.queue.borrow().is_empty()
+            shared
+                .receivers_waiting
+                .borrow()
+                .iter()
+                .any(|(task, park)| task.is_in_park(*park))
+                && shared.queue.borrow().is_empty()
         } else {
             shared.queue.borrow().len() < bound
         };
@@ -353,9 +373,9 @@ impl<T> RemoteSender<T> {
                 return Err(SendError(message));
             }
             state.messages.push_back(message);
-            state.waiting.take()
+            std::mem::take(&mut state.waiting)
         };
-        if let Some(task_id) = waiting {
+        for task_id in waiting {
             self.inbox.remote.wake(task_id);
         }
         Ok(())
@@ -374,14 +394,14 @@ impl<T> Drop for RemoteSender<T> {
             let mut state = self.inbox.lock();
             state.senders -= 1;
             if state.senders == 0 {
-                state.waiting.take()
+                std::mem::take(&mut state.waiting)
             } else {
-                None
+                Vec::new()
             }
         };
         self.inbox.remote.handles.fetch_sub(1, Ordering::AcqRel);
-        if let Some(task_id) = waiting {
-            // The receiver may be waiting for a message that can now never come.
+        for task_id in waiting {
+            // Receivers may be waiting for a message that can now never come.
             self.inbox.remote.wake(task_id);
         }
     }
@@ -394,6 +414,9 @@ impl<T> fmt::Debug for RemoteSender<T> {
 }
 
 /// The receiving half of a channel.
+///
+/// Green threads of one runtime may share a receiver through an `Rc` (a pool of workers
+/// taking jobs from one queue): each message goes to one of them, the longest-waiting first.
 pub struct Receiver<T> {
     shared: Rc<Shared<T>>,
 }
@@ -449,10 +472,13 @@ impl<T> Receiver<T> {
                 deadline,
                 None,
                 |task, park| {
-                    *self.shared.receiver_parked.borrow_mut() = Some((task.clone(), park));
+                    self.shared
+                        .receivers_waiting
+                        .borrow_mut()
+                        .push_back((task.clone(), park));
                     if let Some(inbox) = &*self.shared.inbox.borrow() {
                         let mut state = inbox.lock();
-                        state.waiting = Some(task.id);
+                        state.waiting.push(task.id);
                         if !state.messages.is_empty() || state.senders == 0 {
                             // Something arrived since we looked: make sure we wake.
                             drop(state);
@@ -461,9 +487,9 @@ impl<T> Receiver<T> {
                     }
                 },
             );
-            *self.shared.receiver_parked.borrow_mut() = None;
             if let Some(inbox) = &*self.shared.inbox.borrow() {
-                inbox.lock().waiting = None;
+                let me = with_scheduler("Receiver::recv", |scheduler| scheduler.current_task().id);
+                inbox.lock().waiting.retain(|&id| id != me);
             }
             if wake == Wake::TimedOut && self.shared.queue.borrow().is_empty() {
                 if let Some(message) = self.take() {
