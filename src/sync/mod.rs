@@ -6,6 +6,16 @@
 //! [`mpsc::Sender::remote`], a `Send` handle whose sends wake the receiving green thread
 //! through the runtime's eventfd.
 
+mod condvar;
+mod grant_queue;
 pub mod mpsc;
+mod mutex;
 pub mod oneshot;
+mod rwlock;
+mod semaphore;
 pub(crate) mod wait_queue;
+
+pub use condvar::{Condvar, WaitTimeoutResult};
+pub use mutex::{Mutex, MutexGuard};
+pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use semaphore::{Semaphore, SemaphorePermit};

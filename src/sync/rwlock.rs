@@ -1,0 +1,483 @@
+//! A green reader-writer lock with std's `RwLock` API, fair between readers and writers.
+//!
+//! Owns: the lock state (how many readers, whether a writer, poisoned or not), the protected
+//! value and the FIFO queue of waiting readers and writers. Releasing hands the lock straight
+//! to the waiters at the front: one writer, or every reader up to the next waiting writer.
+
+use std::cell::{Cell, UnsafeCell};
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
+
+use super::grant_queue::GrantQueue;
+
+/// What a waiter asks for.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Access {
+    Read,
+    Write,
+}
+
+/// A reader-writer lock for green threads: any number of readers, or one writer, at a time.
+///
+/// The API is `std::sync::RwLock`'s, with std's [`LockResult`] and [`PoisonError`]:
+///
+/// - **Fair.** Waiters are served in FIFO order: a waiting writer blocks readers that arrive
+///   after it (so a stream of readers cannot starve it), and when a writer unlocks, every
+///   reader queued before the next writer gets in together. A green thread that already holds
+///   a read lock and asks for another while a writer waits therefore waits for ever; as with
+///   std, do not take a read lock twice.
+/// - **Poisoning.** A write guard dropped while its green thread unwinds poisons the lock, as
+///   std's does (read guards do not).
+/// - Neither `Send` nor `Sync`: share it between green threads with an [`Rc`](std::rc::Rc).
+///
+/// # Examples
+///
+/// ```
+/// use std::rc::Rc;
+/// use greenweave::sync::RwLock;
+///
+/// greenweave::run(|| {
+///     let config = Rc::new(RwLock::new(String::from("v1")));
+///     let readers: Vec<_> = (0..3)
+///         .map(|_| {
+///             let config = config.clone();
+///             greenweave::spawn(move || {
+///                 let seen = config.read().unwrap();
+///                 greenweave::thread::yield_now(); // other readers share the lock meanwhile
+///                 seen.clone()
+///             })
+///         })
+///         .collect();
+///     greenweave::thread::yield_now(); // the readers take the lock
+///     config.write().unwrap().push_str("+patch"); // waits for them to finish
+///     for reader in readers {
+///         assert_eq!(reader.join().unwrap(), "v1");
+///     }
+///     assert_eq!(*config.read().unwrap(), "v1+patch");
+/// });
+/// ```
+pub struct RwLock<T: ?Sized> {
+    readers: Cell<usize>,
+    writer: Cell<bool>,
+    poisoned: Cell<bool>,
+    waiters: GrantQueue<Access>,
+    data: UnsafeCell<T>,
+}
+
+impl<T> RwLock<T> {
+    /// A new, unlocked lock holding `value`.
+    ///
+    /// ```
+    /// use greenweave::sync::RwLock;
+    ///
+    /// greenweave::run(|| {
+    ///     let lock = RwLock::new(5);
+    ///     assert_eq!(*lock.read().unwrap(), 5);
+    /// });
+    /// ```
+    pub const fn new(value: T) -> RwLock<T> {
+        RwLock {
+            readers: Cell::new(0),
+            writer: Cell::new(false),
+            poisoned: Cell::new(false),
+            waiters: GrantQueue::new(),
+            data: UnsafeCell::new(value),
+        }
+    }
+
+    /// Consumes the lock and returns the value.
+    ///
+    /// # Errors
+    /// If the lock is poisoned, `Err` with a [`PoisonError`] that holds the value.
+    ///
+    /// ```
+    /// use greenweave::sync::RwLock;
+    ///
+    /// greenweave::run(|| {
+    ///     let lock = RwLock::new(vec![1]);
+    ///     lock.write().unwrap().push(2);
+    ///     assert_eq!(lock.into_inner().unwrap(), [1, 2]);
+    /// });
+    /// ```
+    pub fn into_inner(self) -> LockResult<T> {
+        let poisoned = self.poisoned.get();
+        let value = self.data.into_inner();
+        if poisoned {
+            Err(PoisonError::new(value))
+        } else {
+            Ok(value)
+        }
+    }
+}
+
+impl<T: ?Sized> RwLock<T> {
+    /// Takes a shared read lock, parking this green thread while a writer holds the lock or
+    /// any green thread waits before it.
+    ///
+    /// # Errors
+    /// If the lock is poisoned, `Err` with a [`PoisonError`] holding the guard (the lock is
+    /// held either way).
+    ///
+    /// # Panics
+    /// If it has to wait outside a runtime. A pending cancellation or an expired
+    /// [`timeout`](crate::time::timeout) unwinds from here when it has to wait.
+    ///
+    /// ```
+    /// use greenweave::sync::RwLock;
+    ///
+    /// greenweave::run(|| {
+    ///     let lock = RwLock::new(1);
+    ///     let (a, b) = (lock.read().unwrap(), lock.read().unwrap()); // readers share
+    ///     assert_eq!(*a + *b, 2);
+    /// });
+    /// ```
+    pub fn read(&self) -> LockResult<RwLockReadGuard<'_, T>> {
+        if !self.writer.get() && self.waiters.is_empty() {
+            self.readers.set(self.readers.get() + 1);
+        } else {
+            self.waiters
+                .wait("RwLock::read", Access::Read, None, |granted| {
+                    if granted {
+                        self.read_unlock();
+                    } else {
+                        self.dispatch();
+                    }
+                });
+        }
+        let guard = RwLockReadGuard { lock: self };
+        if self.poisoned.get() {
+            Err(PoisonError::new(guard))
+        } else {
+            Ok(guard)
+        }
+    }
+
+    /// Takes the exclusive write lock, parking this green thread while anyone holds the lock
+    /// or any green thread waits before it.
+    ///
+    /// # Errors
+    /// If the lock is poisoned, `Err` with a [`PoisonError`] holding the guard (the lock is
+    /// held either way).
+    ///
+    /// # Panics
+    /// If it has to wait outside a runtime. A pending cancellation or an expired
+    /// [`timeout`](crate::time::timeout) unwinds from here when it has to wait.
+    ///
+    /// ```
+    /// use greenweave::sync::RwLock;
+    ///
+    /// greenweave::run(|| {
+    ///     let lock = RwLock::new(1);
+    ///     *lock.write().unwrap() += 1;
+    ///     assert_eq!(*lock.read().unwrap(), 2);
+    /// });
+    /// ```
+    pub fn write(&self) -> LockResult<RwLockWriteGuard<'_, T>> {
+        if !self.writer.get() && self.readers.get() == 0 && self.waiters.is_empty() {
+            self.writer.set(true);
+        } else {
+            self.waiters
+                .wait("RwLock::write", Access::Write, None, |granted| {
+                    if granted {
+                        self.write_unlock();
+                    } else {
+                        self.dispatch();
+                    }
+                });
+        }
+        self.write_guard()
+    }
+
+    /// Takes a read lock if that needs no waiting: no writer holds the lock and nobody waits.
+    ///
+    /// # Errors
+    /// [`TryLockError::WouldBlock`] if it would wait; [`TryLockError::Poisoned`], holding the
+    /// guard, if the lock was taken but is poisoned.
+    ///
+    /// ```
+    /// use greenweave::sync::RwLock;
+    ///
+    /// greenweave::run(|| {
+    ///     let lock = RwLock::new(0);
+    ///     let writer = lock.write().unwrap();
+    ///     assert!(lock.try_read().is_err());
+    ///     drop(writer);
+    ///     assert!(lock.try_read().is_ok());
+    /// });
+    /// ```
+    pub fn try_read(&self) -> TryLockResult<RwLockReadGuard<'_, T>> {
+        if self.writer.get() || !self.waiters.is_empty() {
+            return Err(TryLockError::WouldBlock);
+        }
+        Ok(self.read()?)
+    }
+
+    /// Takes the write lock if nobody holds it and nobody waits.
+    ///
+    /// # Errors
+    /// [`TryLockError::WouldBlock`] if it would wait; [`TryLockError::Poisoned`], holding the
+    /// guard, if the lock was taken but is poisoned.
+    ///
+    /// ```
+    /// use greenweave::sync::RwLock;
+    ///
+    /// greenweave::run(|| {
+    ///     let lock = RwLock::new(0);
+    ///     let reader = lock.read().unwrap();
+    ///     assert!(lock.try_write().is_err());
+    ///     drop(reader);
+    ///     assert!(lock.try_write().is_ok());
+    /// });
+    /// ```
+    pub fn try_write(&self) -> TryLockResult<RwLockWriteGuard<'_, T>> {
+        if self.writer.get() || self.readers.get() > 0 || !self.waiters.is_empty() {
+            return Err(TryLockError::WouldBlock);
+        }
+        Ok(self.write()?)
+    }
+
+    /// Whether a writer unwound (panicked, was cancelled or timed out) while holding the lock.
+    ///
+    /// ```
+    /// use std::rc::Rc;
+    /// use greenweave::sync::RwLock;
+    ///
+    /// greenweave::run(|| {
+    ///     let lock = Rc::new(RwLock::new(0));
+    ///     let writer = lock.clone();
+    ///     let _ = greenweave::spawn(move || {
+    ///         let _guard = writer.write().unwrap();
+    ///         panic!("while writing");
+    ///     })
+    ///     .join();
+    ///     assert!(lock.is_poisoned());
+    ///     assert!(lock.read().is_err());
+    /// });
+    /// ```
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.get()
+    }
+
+    /// Marks the lock as no longer poisoned.
+    ///
+    /// ```
+    /// use std::rc::Rc;
+    /// use greenweave::sync::RwLock;
+    ///
+    /// greenweave::run(|| {
+    ///     let lock = Rc::new(RwLock::new(0));
+    ///     let writer = lock.clone();
+    ///     let _ = greenweave::spawn(move || {
+    ///         let _guard = writer.write().unwrap();
+    ///         panic!("while writing");
+    ///     })
+    ///     .join();
+    ///     lock.clear_poison();
+    ///     assert!(lock.write().is_ok());
+    /// });
+    /// ```
+    pub fn clear_poison(&self) {
+        self.poisoned.set(false);
+    }
+
+    /// The value, through a mutable borrow of the lock (which proves nobody holds it).
+    ///
+    /// # Errors
+    /// If the lock is poisoned, `Err` with a [`PoisonError`] holding the reference.
+    ///
+    /// ```
+    /// use greenweave::sync::RwLock;
+    ///
+    /// greenweave::run(|| {
+    ///     let mut lock = RwLock::new(1);
+    ///     *lock.get_mut().unwrap() = 2;
+    ///     assert_eq!(*lock.read().unwrap(), 2);
+    /// });
+    /// ```
+    pub fn get_mut(&mut self) -> LockResult<&mut T> {
+        let poisoned = self.poisoned.get();
+        let value = self.data.get_mut();
+        if poisoned {
+            Err(PoisonError::new(value))
+        } else {
+            Ok(value)
+        }
+    }
+
+    fn write_guard(&self) -> LockResult<RwLockWriteGuard<'_, T>> {
+        let guard = RwLockWriteGuard {
+            lock: self,
+            panicking: std::thread::panicking(),
+        };
+        if self.poisoned.get() {
+            Err(PoisonError::new(guard))
+        } else {
+            Ok(guard)
+        }
+    }
+
+    fn read_unlock(&self) {
+        self.readers.set(self.readers.get() - 1);
+        self.dispatch();
+    }
+
+    fn write_unlock(&self) {
+        self.writer.set(false);
+        self.dispatch();
+    }
+
+    /// Grants the lock to the waiters at the front for as long as it can: a writer once the
+    /// lock is free, readers while no writer holds it and none is first in line. Runs after
+    /// every release and whenever a waiter leaves the queue (a writer that timed out may have
+    /// been all that kept the readers behind it waiting).
+    fn dispatch(&self) {
+        if self.writer.get() {
+            return;
+        }
+        loop {
+            match self.waiters.front() {
+                Some(Access::Write) => {
+                    if self.readers.get() == 0 {
+                        self.writer.set(true);
+                        self.waiters.grant_front();
+                    }
+                    return;
+                }
+                Some(Access::Read) => {
+                    self.readers.set(self.readers.get() + 1);
+                    self.waiters.grant_front();
+                }
+                None => return,
+            }
+        }
+    }
+}
+
+impl<T: Default> Default for RwLock<T> {
+    fn default() -> RwLock<T> {
+        RwLock::new(T::default())
+    }
+}
+
+impl<T> From<T> for RwLock<T> {
+    fn from(value: T) -> RwLock<T> {
+        RwLock::new(value)
+    }
+}
+
+impl<T: ?Sized + fmt::Debug> fmt::Debug for RwLock<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("RwLock");
+        if self.writer.get() {
+            d.field("data", &format_args!("<locked>"));
+        } else {
+            // SAFETY: no writer holds the lock, so no `&mut T` exists, and nothing else runs
+            // on this OS thread while we format.
+            d.field("data", &unsafe { &*self.data.get() });
+        }
+        d.field("poisoned", &self.poisoned.get());
+        d.finish_non_exhaustive()
+    }
+}
+
+/// Shared access to an [`RwLock`]'s value; releases the read lock when dropped.
+///
+/// ```
+/// use greenweave::sync::RwLock;
+///
+/// greenweave::run(|| {
+///     let lock = RwLock::new(vec![1, 2]);
+///     let guard = lock.read().unwrap();
+///     assert_eq!(guard.len(), 2); // Deref to the Vec
+/// });
+/// ```
+#[must_use = "if unused the RwLock will immediately unlock"]
+pub struct RwLockReadGuard<'a, T: ?Sized + 'a> {
+    lock: &'a RwLock<T>,
+}
+
+impl<T: ?Sized> Deref for RwLockReadGuard<'_, T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        // SAFETY: while a read guard exists no writer holds the lock (the lock state counts
+        // this reader), so no `&mut T` exists.
+        unsafe { &*self.lock.data.get() }
+    }
+}
+
+impl<T: ?Sized> Drop for RwLockReadGuard<'_, T> {
+    fn drop(&mut self) {
+        self.lock.read_unlock();
+    }
+}
+
+impl<T: ?Sized + fmt::Debug> fmt::Debug for RwLockReadGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl<T: ?Sized + fmt::Display> fmt::Display for RwLockReadGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&**self, f)
+    }
+}
+
+/// Exclusive access to an [`RwLock`]'s value; releases the write lock when dropped, and
+/// poisons it if dropped while its green thread unwinds.
+///
+/// ```
+/// use greenweave::sync::RwLock;
+///
+/// greenweave::run(|| {
+///     let lock = RwLock::new(vec![1]);
+///     lock.write().unwrap().push(2); // DerefMut to the Vec
+///     assert_eq!(*lock.read().unwrap(), [1, 2]);
+/// });
+/// ```
+#[must_use = "if unused the RwLock will immediately unlock"]
+pub struct RwLockWriteGuard<'a, T: ?Sized + 'a> {
+    lock: &'a RwLock<T>,
+    /// Whether the thread was already unwinding when it took the lock (see `MutexGuard`).
+    panicking: bool,
+}
+
+impl<T: ?Sized> Deref for RwLockWriteGuard<'_, T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        // SAFETY: the write guard is the only guard while it exists, and all green threads run
+        // on this one OS thread.
+        unsafe { &*self.lock.data.get() }
+    }
+}
+
+impl<T: ?Sized> DerefMut for RwLockWriteGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`; `&mut self` makes this the only borrow through the guard.
+        unsafe { &mut *self.lock.data.get() }
+    }
+}
+
+impl<T: ?Sized> Drop for RwLockWriteGuard<'_, T> {
+    fn drop(&mut self) {
+        if !self.panicking && std::thread::panicking() {
+            self.lock.poisoned.set(true);
+        }
+        self.lock.write_unlock();
+    }
+}
+
+impl<T: ?Sized + fmt::Debug> fmt::Debug for RwLockWriteGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl<T: ?Sized + fmt::Display> fmt::Display for RwLockWriteGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&**self, f)
+    }
+}
