@@ -6,16 +6,22 @@
 //! [`mpsc::Sender::remote`], a `Send` handle whose sends wake the receiving green thread
 //! through the runtime's eventfd.
 
+mod barrier;
 mod condvar;
+mod event;
 mod grant_queue;
 pub mod mpsc;
 mod mutex;
 pub mod oneshot;
 mod rwlock;
 mod semaphore;
+mod wait_group;
 pub(crate) mod wait_queue;
 
+pub use barrier::{Barrier, BarrierWaitResult};
 pub use condvar::{Condvar, WaitTimeoutResult};
+pub use event::Event;
 pub use mutex::{Mutex, MutexGuard};
 pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 pub use semaphore::{Semaphore, SemaphorePermit};
+pub use wait_group::WaitGroup;
