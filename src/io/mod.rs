@@ -2,6 +2,7 @@
 //! type greenweave has no wrapper for) so that reads and writes park the green thread instead
 //! of blocking the OS thread.
 
+pub(crate) mod green_socket;
 pub(crate) mod source;
 
 use std::fmt;

@@ -243,36 +243,7 @@ impl TcpStream {
         self.inner.ttl()
     }
 
-    /// Bounds each read: one that waits longer fails with `ErrorKind::TimedOut` (std reports
-    /// `WouldBlock` on Unix; a green read never returns `WouldBlock`). `None` waits forever.
-    ///
-    /// # Errors
-    /// `InvalidInput` for `Some(Duration::ZERO)`, as std.
-    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        check_timeout(timeout)?;
-        self.read_timeout.set(timeout);
-        Ok(())
-    }
-
-    /// Bounds each write, as [`set_read_timeout`](Self::set_read_timeout) bounds reads.
-    ///
-    /// # Errors
-    /// `InvalidInput` for `Some(Duration::ZERO)`, as std.
-    pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        check_timeout(timeout)?;
-        self.write_timeout.set(timeout);
-        Ok(())
-    }
-
-    /// The read timeout.
-    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
-        Ok(self.read_timeout.get())
-    }
-
-    /// The write timeout.
-    pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
-        Ok(self.write_timeout.get())
-    }
+    crate::io::green_socket::timeout_methods!();
 
     /// Receives data without removing it from the queue, waiting for some if there is none.
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
@@ -297,113 +268,8 @@ impl TcpStream {
         clone.write_timeout.set(self.write_timeout.get());
         Ok(clone)
     }
-
-    fn read_green(&self, buf: &mut [u8]) -> io::Result<usize> {
-        self.source.do_io(
-            "TcpStream::read",
-            Interest::Readable,
-            self.read_timeout.get(),
-            || (&self.inner).read(buf),
-        )
-    }
-
-    fn read_vectored_green(&self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        self.source.do_io(
-            "TcpStream::read",
-            Interest::Readable,
-            self.read_timeout.get(),
-            || (&self.inner).read_vectored(bufs),
-        )
-    }
-
-    fn write_green(&self, buf: &[u8]) -> io::Result<usize> {
-        self.source.do_io(
-            "TcpStream::write",
-            Interest::Writable,
-            self.write_timeout.get(),
-            || (&self.inner).write(buf),
-        )
-    }
-
-    fn write_vectored_green(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.source.do_io(
-            "TcpStream::write",
-            Interest::Writable,
-            self.write_timeout.get(),
-            || (&self.inner).write_vectored(bufs),
-        )
-    }
 }
 
-impl Read for TcpStream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.read_green(buf)
-    }
+crate::io::green_socket::stream_read_write!(TcpStream, "TcpStream");
 
-    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        self.read_vectored_green(bufs)
-    }
-}
-
-impl Read for &TcpStream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.read_green(buf)
-    }
-
-    fn read_vectored(&mut self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-        self.read_vectored_green(bufs)
-    }
-}
-
-impl Write for TcpStream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.write_green(buf)
-    }
-
-    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.write_vectored_green(bufs)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-impl Write for &TcpStream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.write_green(buf)
-    }
-
-    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
-        self.write_vectored_green(bufs)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-macro_rules! fd_traits {
-    ($type:ty) => {
-        impl AsFd for $type {
-            fn as_fd(&self) -> BorrowedFd<'_> {
-                self.inner.as_fd()
-            }
-        }
-
-        impl AsRawFd for $type {
-            fn as_raw_fd(&self) -> RawFd {
-                self.inner.as_raw_fd()
-            }
-        }
-
-        impl fmt::Debug for $type {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                self.inner.fmt(f)
-            }
-        }
-    };
-}
-
-fd_traits!(TcpListener);
-fd_traits!(TcpStream);
+crate::io::green_socket::fd_traits!(TcpListener, TcpStream);

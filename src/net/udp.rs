@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::io::source::Source;
 use crate::runtime::reactor::Interest;
 
-use super::{check_timeout, resolve};
+use super::resolve;
 
 /// A UDP socket. Receiving parks the green thread until a datagram arrives (or the read
 /// timeout passes); sending parks it only while the socket's send buffer is full.
@@ -178,37 +178,7 @@ impl UdpSocket {
         self.inner.peer_addr()
     }
 
-    /// Bounds each receive (`recv`, `recv_from`, `peek`, `peek_from`): one that waits longer
-    /// fails with `ErrorKind::TimedOut` (std reports `WouldBlock` on Unix; a green receive
-    /// never returns `WouldBlock`). `None` waits forever.
-    ///
-    /// # Errors
-    /// `InvalidInput` for `Some(Duration::ZERO)`, as std.
-    pub fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        check_timeout(timeout)?;
-        self.read_timeout.set(timeout);
-        Ok(())
-    }
-
-    /// Bounds each send, as [`set_read_timeout`](Self::set_read_timeout) bounds receives.
-    ///
-    /// # Errors
-    /// `InvalidInput` for `Some(Duration::ZERO)`, as std.
-    pub fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        check_timeout(timeout)?;
-        self.write_timeout.set(timeout);
-        Ok(())
-    }
-
-    /// The read timeout.
-    pub fn read_timeout(&self) -> io::Result<Option<Duration>> {
-        Ok(self.read_timeout.get())
-    }
-
-    /// The write timeout.
-    pub fn write_timeout(&self) -> io::Result<Option<Duration>> {
-        Ok(self.write_timeout.get())
-    }
+    crate::io::green_socket::timeout_methods!();
 
     /// Sets `SO_BROADCAST`: whether datagrams may be sent to a broadcast address.
     pub fn set_broadcast(&self, broadcast: bool) -> io::Result<()> {
@@ -298,20 +268,4 @@ impl UdpSocket {
     }
 }
 
-impl AsFd for UdpSocket {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.inner.as_fd()
-    }
-}
-
-impl AsRawFd for UdpSocket {
-    fn as_raw_fd(&self) -> RawFd {
-        self.inner.as_raw_fd()
-    }
-}
-
-impl fmt::Debug for UdpSocket {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.inner.fmt(f)
-    }
-}
+crate::io::green_socket::fd_traits!(UdpSocket);
