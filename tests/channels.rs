@@ -409,7 +409,10 @@ fn green_threads_sharing_one_receiver_each_get_distinct_messages() {
             }
         }
         drop(tx);
-        workers.into_iter().map(|worker| worker.join().unwrap()).collect::<Vec<_>>()
+        workers
+            .into_iter()
+            .map(|worker| worker.join().unwrap())
+            .collect::<Vec<_>>()
     });
     // A worker that wakes drains what is queued, so the split is uneven, but the work is
     // shared and no message is lost or doubled.
