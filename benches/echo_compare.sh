@@ -14,9 +14,10 @@
 # requests/s and p50/p99 from echo_load's output, and reads the server's CPU time
 # (utime + stime from /proc/<pid>/stat) from the moment echo_load starts sending to the moment
 # it exits; CPU µs per request is that over the requests completed. Prints every run, with
-# echo_load's own CPU use (near 100% means the load generator, not the server, set the pace)
-# and the hypervisor's steal time (a disturbed run shows there), then a markdown table of the
-# medians with a greenweave / tokio ratio.
+# echo_load's own CPU use (near 100% means the load generator, not the server, set the pace),
+# the CPU time everything else on the machine used meanwhile, and the hypervisor's steal time
+# (a disturbed run shows in those two), then a markdown table of the medians with a
+# greenweave / tokio ratio.
 #
 # Loopback only (127.0.0.1, ephemeral ports). Needs taskset (util-linux) for pinning: without
 # it, or with fewer than two CPUs, it runs unpinned and says so in its output.
@@ -24,7 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 DURATION=${DURATION:-10}            # seconds of load per run
-ROUNDS=${ROUNDS:-2}                 # each round runs every (connections, server) pair once
+ROUNDS=${ROUNDS:-4}                 # each round runs every (connections, server) pair once
 CONNECTIONS=${CONNECTIONS:-"100 1000"}
 SIZE=${SIZE:-64}                    # bytes per request (echo_load --size)
 SERVER_CPU=${SERVER_CPU:-0}
@@ -125,8 +126,9 @@ children_ticks() {
   echo $(( ${14} + ${15} ))
 }
 
-# Steal ticks (time the hypervisor gave this VM's CPUs to someone else), summed over all CPUs.
-steal_ticks() { awk '/^cpu / { print $9 }' /proc/stat; }
+# Busy ticks (user, nice, system, irq, softirq) and steal ticks (time the hypervisor gave this
+# VM's CPUs to someone else), summed over all CPUs.
+machine_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $9 }' /proc/stat; }
 
 # Waits up to 30 s for a line matching $2 in file $1 while process $3 lives.
 wait_for_line() {
@@ -150,7 +152,9 @@ run_one() {
   local addr
   addr=$(sed -n 's/.*listening on \([0-9.]*:[0-9]*\).*/\1/p' "$server_log" | head -1)
 
-  local l0 lt0 l1 lt1
+  local l0 lt0 l1 lt1 b0 b1 s0 s1 cs0
+  read -r b0 s0 < <(machine_ticks)
+  cs0=$(cpu_ticks "$server_pid")
   l0=$(children_ticks)
   lt0=$(date +%s%N)
   "${pin_load[@]}" "$load_bin" --addr "$addr" --connections "$connections" \
@@ -159,8 +163,6 @@ run_one() {
   wait_for_line "$load_log" "; sending" "$load_pid" \
     || die "echo_load did not start sending to $server: $(cat "$load_log")"
   local t0 c0 t1 c1
-  local s0 s1
-  s0=$(steal_ticks)
   t0=$(date +%s%N)
   c0=$(cpu_ticks "$server_pid")
   local status=0
@@ -169,7 +171,7 @@ run_one() {
   c1=$(cpu_ticks "$server_pid")
   t1=$(date +%s%N)
   lt1=$t1
-  s1=$(steal_ticks)
+  read -r b1 s1 < <(machine_ticks)
   l1=$(children_ticks)
   kill "$server_pid"
   wait "$server_pid" 2>/dev/null || true
@@ -183,20 +185,22 @@ run_one() {
   local figures
   figures=$(awk -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" -v hz="$clk_tck" -v n="$requests" \
     -v l0="$l0" -v l1="$l1" -v lt0="$lt0" -v lt1="$lt1" -v s0="$s0" -v s1="$s1" \
+    -v b0="$b0" -v b1="$b1" -v cs0="$cs0" \
     'BEGIN { cpu = (c1 - c0) / hz; wall = (t1 - t0) / 1e9;
-             printf "%.3f %.3f %.1f %.2f %.1f %.0f", cpu, wall, 100 * cpu / wall, cpu * 1e6 / n,
-                    100 * (l1 - l0) / hz / ((lt1 - lt0) / 1e9), 1000 * (s1 - s0) / hz }')
-  local cpu wall busy us_per_request load_busy steal_ms
-  read -r cpu wall busy us_per_request load_busy steal_ms <<<"$figures"
+             printf "%.3f %.3f %.1f %.2f %.1f %.0f %.0f", cpu, wall, 100 * cpu / wall, cpu * 1e6 / n,
+                    100 * (l1 - l0) / hz / ((lt1 - lt0) / 1e9), 1000 * (s1 - s0) / hz,
+                    1000 * ((b1 - b0) - (c1 - cs0) - (l1 - l0)) / hz }')
+  local cpu wall busy us_per_request load_busy steal_ms other_ms
+  read -r cpu wall busy us_per_request load_busy steal_ms other_ms <<<"$figures"
   result["$connections $server $round rps"]=$rps
   result["$connections $server $round p50"]=$p50
   result["$connections $server $round p99"]=$p99
   result["$connections $server $round us"]=$us_per_request
   result["$connections $server $round busy"]=$busy
   result["$connections $server $round load"]=$load_busy
-  printf '| %s | %s | %s | %s | %s | %s | %s | %s of %s s (%s%%) | %s | %s%% | %s |\n' "$round" \
-    "$connections" "$server" "$requests" "$rps" "$p50" "$p99" "$cpu" "$wall" "$busy" \
-    "$us_per_request" "$load_busy" "$steal_ms"
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s of %s s (%s%%) | %s | %s%% | %s | %s |\n' \
+    "$round" "$connections" "$server" "$requests" "$rps" "$p50" "$p99" "$cpu" "$wall" "$busy" \
+    "$us_per_request" "$load_busy" "$other_ms" "$steal_ms"
 }
 
 median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
@@ -208,8 +212,8 @@ echo "$(uname -sr), $cpus CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: 
 echo "$pinning; open-file limit $fd_limit; $DURATION s per run, $SIZE-byte messages, $ROUNDS round(s)"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "| round | connections | server | requests | requests/s | p50 µs | p99 µs | server CPU | server CPU µs/request | echo_load CPU | steal ms |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| round | connections | server | requests | requests/s | p50 µs | p99 µs | server CPU | server CPU µs/request | echo_load CPU | other CPU ms | steal ms |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 for (( round = 1; round <= ROUNDS; round++ )); do
   if (( round % 2 )); then order=("${SERVERS[@]}"); else order=("${SERVERS[1]}" "${SERVERS[0]}"); fi
   for connections in $CONNECTIONS; do
