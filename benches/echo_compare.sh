@@ -28,6 +28,10 @@ DURATION=${DURATION:-10}            # seconds of load per run
 ROUNDS=${ROUNDS:-4}                 # each round runs every (connections, server) pair once
 CONNECTIONS=${CONNECTIONS:-"100 1000"}
 SIZE=${SIZE:-64}                    # bytes per request (echo_load --size)
+DISTURBED_PCT=${DISTURBED_PCT:-5}     # a run is disturbed if other processes used more than this
+                                    # percentage of the machine's CPU time during it
+MAX_TRIES=${MAX_TRIES:-4}           # a disturbed run is repeated, up to this many tries in all
+QUIET_WAIT=${QUIET_WAIT:-120}       # seconds to wait for the machine to go quiet before a run
 SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 SERVERS=(greenweave tokio)
@@ -141,9 +145,24 @@ wait_for_line() {
   return 1
 }
 
-declare -A result # "$connections $server $round $figure" -> value
+# Waits up to QUIET_WAIT seconds for a second in which the machine's CPUs were less than 10%
+# busy in all (other people's builds and tests share this machine).
+wait_for_quiet() {
+  local waited b0 b1 _
+  for (( waited = 0; waited < QUIET_WAIT; waited++ )); do
+    read -r b0 _ < <(machine_ticks)
+    sleep 1
+    read -r b1 _ < <(machine_ticks)
+    (( (b1 - b0) * 10 < clk_tck )) && return 0
+  done
+  say "the machine did not go quiet within $QUIET_WAIT s; running anyway"
+}
+
+# One run of echo_load against a fresh server. Sets run_row (the table row after the round
+# cell), run_disturbed (0 or 1), and run_figure[rps|p50|p99|us|busy|load].
+declare -A run_figure
 run_one() {
-  local round=$1 connections=$2 server=$3
+  local connections=$1 server=$2
   local server_log=$work/server.log load_log=$work/load.log
   "${pin_server[@]}" "${server_bin[$server]}" --addr 127.0.0.1:0 >"$server_log" 2>&1 &
   server_pid=$!
@@ -192,15 +211,37 @@ run_one() {
                     1000 * ((b1 - b0) - (c1 - cs0) - (l1 - l0)) / hz }')
   local cpu wall busy us_per_request load_busy steal_ms other_ms
   read -r cpu wall busy us_per_request load_busy steal_ms other_ms <<<"$figures"
-  result["$connections $server $round rps"]=$rps
-  result["$connections $server $round p50"]=$p50
-  result["$connections $server $round p99"]=$p99
-  result["$connections $server $round us"]=$us_per_request
-  result["$connections $server $round busy"]=$busy
-  result["$connections $server $round load"]=$load_busy
-  printf '| %s | %s | %s | %s | %s | %s | %s | %s of %s s (%s%%) | %s | %s%% | %s | %s |\n' \
-    "$round" "$connections" "$server" "$requests" "$rps" "$p50" "$p99" "$cpu" "$wall" "$busy" \
-    "$us_per_request" "$load_busy" "$other_ms" "$steal_ms"
+  run_figure=([rps]=$rps [p50]=$p50 [p99]=$p99 [us]=$us_per_request [busy]=$busy [load]=$load_busy)
+  run_row=$(printf '| %s | %s | %s | %s | %s | %s | %s of %s s (%s%%) | %s | %s%% | %s | %s |' \
+    "$connections" "$server" "$requests" "$rps" "$p50" "$p99" "$cpu" "$wall" "$busy" \
+    "$us_per_request" "$load_busy" "$other_ms" "$steal_ms")
+  run_disturbed=$(awk -v other="$other_ms" -v wall="$wall" -v cpus="$cpus" -v pct="$DISTURBED_PCT" \
+    'BEGIN { print (other / 1000 > pct / 100 * wall * cpus) ? 1 : 0 }')
+}
+
+# Runs until a run is not disturbed (at most MAX_TRIES times), prints every try, and keeps the
+# last one's figures for the medians.
+declare -A result # "$connections $server $round $figure" -> value
+disturbed_kept=0
+discarded=0
+run_kept() {
+  local round=$1 connections=$2 server=$3 try figure
+  for (( try = 1; ; try++ )); do
+    wait_for_quiet
+    run_one "$connections" "$server"
+    (( run_disturbed && try < MAX_TRIES )) || break
+    printf '| %s, discarded (disturbed) %s\n' "$round" "$run_row"
+    discarded=$(( discarded + 1 ))
+  done
+  if (( run_disturbed )); then
+    printf '| %s, kept though disturbed (%s tries) %s\n' "$round" "$MAX_TRIES" "$run_row"
+    disturbed_kept=$(( disturbed_kept + 1 ))
+  else
+    printf '| %s %s\n' "$round" "$run_row"
+  fi
+  for figure in "${!run_figure[@]}"; do
+    result["$connections $server $round $figure"]=${run_figure[$figure]}
+  done
 }
 
 median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
@@ -218,12 +259,15 @@ for (( round = 1; round <= ROUNDS; round++ )); do
   if (( round % 2 )); then order=("${SERVERS[@]}"); else order=("${SERVERS[1]}" "${SERVERS[0]}"); fi
   for connections in $CONNECTIONS; do
     for server in "${order[@]}"; do
-      run_one "$round" "$connections" "$server"
+      run_kept "$round" "$connections" "$server"
     done
   done
 done
 echo
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "$discarded disturbed run(s) repeated; $disturbed_kept kept though still disturbed after $MAX_TRIES tries."
+echo "(Disturbed: other processes used more than $DISTURBED_PCT% of the machine's CPU time during the run.)"
 echo
 echo "Median of $ROUNDS round(s); ratio is greenweave / tokio (above 1: greenweave higher)."
 echo
