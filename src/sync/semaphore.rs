@@ -114,8 +114,9 @@ impl Semaphore {
     /// });
     /// ```
     pub fn try_acquire(&self) -> Option<SemaphorePermit<'_>> {
+        // Not `then_some`: a permit built eagerly and dropped would add a permit.
         self.take_free_permit()
-            .then_some(SemaphorePermit { semaphore: self })
+            .then(|| SemaphorePermit { semaphore: self })
     }
 
     /// Takes a permit, waiting at most `duration` for one; `None` if the time ran out first.
