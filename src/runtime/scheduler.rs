@@ -249,6 +249,12 @@ impl Scheduler {
             let timeout =
                 next_deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
             if timeout.is_none() && !self.can_anything_wake() {
+                // A remote wake-up may be queued behind the eventfd (its sender already gone):
+                // look once more, without blocking, before calling it a deadlock.
+                self.poll(Some(Duration::ZERO));
+                if !self.ready.borrow().is_empty() {
+                    continue;
+                }
                 match on_deadlock {
                     OnDeadlock::Panic => panic!("{}", self.deadlock_report()),
                     OnDeadlock::Stop => return false,
@@ -413,7 +419,15 @@ impl Scheduler {
             .map(|(_, task)| task)
             .collect();
         for task in leftovers {
-            drop(task.coroutine.borrow_mut().take());
+            let coroutine = task.coroutine.borrow_mut().take();
+            if std::thread::panicking() {
+                // A green thread parked in a destructor during its own unwind leaves the OS
+                // thread's panic count raised: force-unwinding any stack now would be a panic
+                // while panicking, which aborts. Leak these stacks instead.
+                std::mem::forget(coroutine);
+            } else {
+                drop(coroutine);
+            }
         }
         self.ready.borrow_mut().clear();
     }
@@ -488,6 +502,12 @@ pub(crate) fn park(
         {
             panic::resume_unwind(Box::new(ScopeElapsed(token)));
         }
+        // While unwinding, a scope deadline that has passed cannot end the scope (that would
+        // be a second panic); it must not bound this wait either, or every park would return
+        // at once and a destructor waiting for a lock would spin.
+        let scope = scope.filter(|(scope_deadline, _)| {
+            !(std::thread::panicking() && Instant::now() >= *scope_deadline)
+        });
         let effective_deadline = match (deadline, scope) {
             (Some(own), Some((scope_deadline, _))) => Some(own.min(scope_deadline)),
             (own, scope) => own.or(scope.map(|(scope_deadline, _)| scope_deadline)),
@@ -505,8 +525,11 @@ pub(crate) fn park(
         // SAFETY: the yielder was set by this green thread's body when it started and lives in
         // its root frame, which is alive (we are running on this stack).
         match unsafe { &*yielder }.suspend(()) {
-            // Woken to be cancelled: deliver it at the top of the loop (or, if unwinding
-            // already, park again and deliver later).
+            // Woken to be cancelled: deliver it at the top of the loop. If this thread is
+            // already unwinding, the cancellation stays pending and the caller sees a spurious
+            // wake-up: it re-checks its condition (parking again re-arms everything), so a
+            // wake-up that arrived meanwhile is not lost.
+            Wake::Cancelled if std::thread::panicking() => return Wake::Notified,
             Wake::Cancelled => continue,
             // The scope's deadline, not the caller's, ran out: the top of the loop ends the
             // scope.
