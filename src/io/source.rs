@@ -52,7 +52,8 @@ impl Source {
                     result => return result,
                 }
             }
-            self.wait_until(what, interest, deadline)?;
+            // The operation will be retried anyway, so trust the edge: no poll(2) check.
+            self.park_until(what, interest, deadline, Verify::No)?;
         }
     }
 
@@ -68,13 +69,25 @@ impl Source {
         interest: Interest,
         deadline: Option<Instant>,
     ) -> io::Result<()> {
+        self.park_until(what, interest, deadline, Verify::Yes)
+    }
+
+    fn park_until(
+        &self,
+        what: &str,
+        interest: Interest,
+        deadline: Option<Instant>,
+        verify: Verify,
+    ) -> io::Result<()> {
         let io = &self.registration.io;
         loop {
             if io.is_closed() {
                 return Err(closed(what));
             }
             if io.is_ready(interest) {
-                if crate::sys::is_ready_now(io.fd, interest == Interest::Writable)? {
+                if verify == Verify::No
+                    || crate::sys::is_ready_now(io.fd, interest == Interest::Writable)?
+                {
                     return Ok(());
                 }
                 io.clear_readiness(interest);
@@ -100,6 +113,15 @@ impl Source {
             }
         }
     }
+}
+
+/// Whether a wait confirms cached readiness with the kernel before returning.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Verify {
+    /// Explicit waits (`readable()`, a connect in progress): the cache may be optimistic.
+    Yes,
+    /// `do_io`: the operation itself is the check, and it is retried on `WouldBlock`.
+    No,
 }
 
 fn closed(what: &str) -> io::Error {
