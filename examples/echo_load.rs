@@ -24,6 +24,10 @@ use std::time::{Duration, Instant};
 
 use greenweave::net::{TcpListener, TcpStream};
 
+#[path = "support/fd_limit.rs"]
+mod fd_limit;
+use fd_limit::raise_fd_limit;
+
 const USAGE: &str = "usage: echo_load [--addr HOST:PORT | --spawn-server] [--connections C]
                  [--duration SECONDS] [--size BYTES]
 
@@ -277,28 +281,4 @@ fn client(stream: TcpStream, id: usize, size: usize, deadline: Instant) -> Repor
 fn percentile(values: &[u32], p: f64) -> u32 {
     let rank = ((p / 100.0) * values.len() as f64).ceil() as usize;
     values[rank.clamp(1, values.len()) - 1]
-}
-
-/// Raises the soft limit on open files to the hard limit; returns the limit in force.
-fn raise_fd_limit() -> u64 {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `limit` is a valid out-parameter for getrlimit.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return 0;
-    }
-    if limit.rlim_cur < limit.rlim_max {
-        let raised = libc::rlimit {
-            rlim_cur: limit.rlim_max,
-            rlim_max: limit.rlim_max,
-        };
-        // SAFETY: `raised` is a valid rlimit; raising the soft limit up to the hard one needs
-        // no privilege.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
-            return raised.rlim_cur;
-        }
-    }
-    limit.rlim_cur
 }

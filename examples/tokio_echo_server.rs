@@ -23,6 +23,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+#[path = "support/fd_limit.rs"]
+mod fd_limit;
+use fd_limit::raise_fd_limit;
+
 const USAGE: &str = "usage: tokio_echo_server [--addr HOST:PORT] [--max-connections N]
 
   --addr HOST:PORT      where to listen (default 127.0.0.1:7000)
@@ -179,28 +183,4 @@ async fn echo(mut stream: TcpStream, peer: SocketAddr) -> u64 {
         }
         total += n as u64;
     }
-}
-
-/// Raises the soft limit on open files to the hard limit; returns the limit in force.
-fn raise_fd_limit() -> u64 {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `limit` is a valid out-parameter for getrlimit.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return 0;
-    }
-    if limit.rlim_cur < limit.rlim_max {
-        let raised = libc::rlimit {
-            rlim_cur: limit.rlim_max,
-            rlim_max: limit.rlim_max,
-        };
-        // SAFETY: `raised` is a valid rlimit; raising the soft limit up to the hard one needs
-        // no privilege.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
-            return raised.rlim_cur;
-        }
-    }
-    limit.rlim_cur
 }
