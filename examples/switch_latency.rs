@@ -32,7 +32,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use greenweave::bench_support::raw_switch_round_trips;
+use greenweave::bench_support::{raw_switch_round_trips, raw_symmetric_switch_round_trips};
 use greenweave::greenlet::{self, Greenlet};
 use greenweave::{Coroutine, CoroutineResult};
 
@@ -52,6 +52,11 @@ const ROWS: &[Row] = &[
         name: "raw switch round trip",
         iterations: 10_000_000,
         run: raw_switch_round_trips,
+    },
+    Row {
+        name: "raw symmetric switch round trip (greenlet-style)",
+        iterations: 10_000_000,
+        run: raw_symmetric_switch_round_trips,
     },
     Row {
         name: "coroutine resume+suspend round trip",

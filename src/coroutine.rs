@@ -26,7 +26,7 @@ use std::io;
 use std::panic::{self, AssertUnwindSafe};
 
 use crate::arch::{self, StackPointer, Transfer};
-use crate::fiber::{self, Exit, FINISHED_TAG, Message};
+use crate::fiber::{self, Exit, FINISHED_TAG, Leave, Message};
 use crate::overflow;
 use crate::stack::{Stack, pool};
 
@@ -235,7 +235,7 @@ impl<I, Y, R> Coroutine<I, Y, R> {
         // SAFETY: `target` is this coroutine's saved context, not resumed since it was saved
         // (the state is replaced right after). The coroutine moves `input` out before it
         // switches back, and this frame stays alive (and pinned) until then.
-        let transfer = unsafe { arch::switch(target, &input as *const ManuallyDrop<I> as usize) };
+        let transfer = unsafe { arch::resume(target, &input as *const ManuallyDrop<I> as usize) };
         // SAFETY: the word came from our own coroutine, per the module's protocol.
         match unsafe { self.receive(transfer) } {
             Ok(result) => result,
@@ -306,7 +306,7 @@ impl<I, Y, R> Coroutine<I, Y, R> {
             State::Finished => return None,
         };
         // SAFETY: as in `resume`, with the unwind request instead of an input.
-        let transfer = unsafe { arch::switch(target, UNWIND_REQUEST) };
+        let transfer = unsafe { arch::resume(target, UNWIND_REQUEST) };
         // SAFETY: the word came from our own coroutine.
         match unsafe { self.receive(transfer) } {
             Ok(CoroutineResult::Return(_)) | Err(Finished::Unwound) => None,
@@ -414,7 +414,7 @@ impl<I, Y> Yielder<I, Y> {
         // SAFETY: `resumer` is the context that resumed us and is waiting in its switch (a
         // coroutine runs only while its resumer is suspended). It moves `message` out before
         // anything can resume us, and this frame stays alive until then.
-        let transfer = unsafe { arch::switch(self.resumer.get(), message.word()) };
+        let transfer = unsafe { arch::suspend(self.resumer.get(), message.word()) };
         self.resumer.set(transfer.from);
         if transfer.data == UNWIND_REQUEST {
             panic::resume_unwind(Box::new(ForcedUnwind(root)));
@@ -486,5 +486,6 @@ where
     Exit {
         to: yielder.resumer.get(),
         message: outcome,
+        leave: Leave::ToResumer,
     }
 }

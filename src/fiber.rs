@@ -63,10 +63,20 @@ impl<T> Message<T> {
     }
 }
 
-/// Where a finished body switches to, and what it sends there.
+/// Where a finished body switches to, what it sends there, and how.
 pub(crate) struct Exit<M> {
     pub(crate) to: StackPointer,
     pub(crate) message: M,
+    pub(crate) leave: Leave,
+}
+
+/// Which switch primitive a finished fiber leaves by (see [`crate::arch`]): both are correct,
+/// the right one keeps the processor's return predictor balanced.
+pub(crate) enum Leave {
+    /// `to` resumed this fiber (`arch::resume`): go back with `arch::suspend`.
+    ToResumer,
+    /// `to` is a peer that switched here symmetrically: `arch::switch`.
+    ToPeer,
 }
 
 /// The function a fiber runs: `entry(payload, first_transfer) -> Exit`.
@@ -159,7 +169,14 @@ unsafe extern "C" fn root<P, M>(from: StackPointer, data: usize, launch_at: usiz
     let message = Message::new(exit.message);
     // SAFETY: `exit.to` is a suspended context chosen by the layer above; it takes `message`
     // before this stack is reused, and never switches back here.
-    unsafe { arch::switch(exit.to, message.word() | FINISHED_TAG) };
+    let word = message.word() | FINISHED_TAG;
+    // SAFETY: as above.
+    unsafe {
+        match exit.leave {
+            Leave::ToResumer => arch::suspend(exit.to, word),
+            Leave::ToPeer => arch::switch(exit.to, word),
+        }
+    };
     fatal("a finished fiber was resumed")
 }
 

@@ -80,7 +80,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::rc::Rc;
 
 use crate::arch::{self, StackPointer, Transfer};
-use crate::fiber::{self, Exit, FINISHED_TAG, Message};
+use crate::fiber::{self, Exit, FINISHED_TAG, Leave, Message};
 use crate::overflow;
 use crate::stack::{Stack, pool};
 
@@ -831,5 +831,6 @@ where
     Exit {
         to,
         message: Delivery::new(Rc::as_ptr(&me), Rc::into_raw(parent), payload),
+        leave: Leave::ToPeer,
     }
 }

@@ -1,14 +1,16 @@
-//! aarch64 (AAPCS64) half of [`crate::arch`]: the layout of a fresh stack.
+//! aarch64 (AAPCS64) half of [`crate::arch`]: how Rust enters the switch, and the layout of a
+//! fresh stack.
 //!
-//! The switch itself is `asm/aarch64.S`; this file only writes the 160-byte frame that the
-//! first switch to a new stack loads. Fresh stack, highest address at the top:
+//! The switch itself is `asm/aarch64.S`; this file enters it (by a call, or by two
+//! instructions of glue that set lr and branch) and writes the 160-byte frame that the first
+//! switch to a new stack loads. Fresh stack, highest address at the top:
 //!
 //! ```text
 //!   top ->  +----------------------+  16-byte aligned
 //!           | 0, 0                 |  top - 16   padding (sp must stay 16-aligned)
 //!           | d8..d15 = 0          |  top - 80   .. top - 16
 //!           | x29 = 0, x30 = tramp |  top - 96   fp ends frame-record walks; lr is where the
-//!           |                      |             first `ret` lands
+//!           |                      |             first switch lands
 //!           | x21..x28 = 0         |  top - 160  .. top - 96
 //!   sp  ->  | x19 = entry, x20 = arg| top - 176
 //!           +----------------------+
@@ -16,11 +18,69 @@
 //!
 //! After the switch pops 160 bytes, sp = top - 16: 16-byte aligned, as AAPCS64 requires always.
 
-use super::EntryFn;
+use super::{EntryFn, StackPointer, Transfer};
 
 unsafe extern "C" {
-    /// Defined in `asm/aarch64.S`; never called directly, only returned into.
+    /// Defined in `asm/aarch64.S`: saves this side, resumes `to` with `br`.
+    fn greenweave_switch(to: StackPointer, data: usize) -> Transfer;
+    /// Defined in `asm/aarch64.S`: the same, resuming `to` with `ret`. Entered only by `b`.
+    fn greenweave_switch_ret();
+    /// Defined in `asm/aarch64.S`; never called directly, only branched into.
     fn greenweave_trampoline();
+}
+
+/// Enters `$routine` with `b`, having set lr to the address right after it as this side's
+/// resume address, as `bl` would but without pushing the return-address predictor.
+macro_rules! branch_into {
+    ($routine:path, $to:expr, $data:expr) => {{
+        let from: *mut u8;
+        let data: usize;
+        // SAFETY (for the caller to uphold): `$to` is a suspended context. The routine saves
+        // x19-x29, lr and d8-d15 and restores them when this side is resumed, so only the
+        // caller-saved registers (and lr, which the glue sets) are clobbered; sp is unchanged
+        // once we are resumed (the routine pops the frame it pushed).
+        core::arch::asm!(
+            "adr x30, 2f",   // this side's resume address: the label below
+            "b {routine}",   // into the switch; execution comes back at 2:
+            "2:",
+            routine = sym $routine,
+            inlateout("x0") $to.0.as_ptr() => from,
+            inlateout("x1") $data => data,
+            out("x30") _,
+            clobber_abi("C"),
+        );
+        Transfer {
+            // The switch hands over the stack pointer it saved, never null (the macro expands
+            // inside the caller's unsafe block).
+            from: StackPointer(core::ptr::NonNull::new_unchecked(from)),
+            data,
+        }
+    }};
+}
+
+/// # Safety
+/// As `crate::arch::switch`.
+#[inline(always)]
+pub(super) unsafe fn switch(to: StackPointer, data: usize) -> Transfer {
+    // SAFETY: forwarded; see `branch_into`.
+    unsafe { branch_into!(greenweave_switch, to, data) }
+}
+
+/// # Safety
+/// As `crate::arch::switch`.
+#[inline(always)]
+pub(super) unsafe fn resume(to: StackPointer, data: usize) -> Transfer {
+    // SAFETY: the routine saves every callee-saved register the ABI requires, so to the
+    // compiler this is an ordinary call; `to` is a suspended context (forwarded).
+    unsafe { greenweave_switch(to, data) }
+}
+
+/// # Safety
+/// As `crate::arch::switch`.
+#[inline(always)]
+pub(super) unsafe fn suspend(to: StackPointer, data: usize) -> Transfer {
+    // SAFETY: forwarded; see `branch_into`.
+    unsafe { branch_into!(greenweave_switch_ret, to, data) }
 }
 
 /// Bytes of the initial frame, including the 16 bytes of padding.

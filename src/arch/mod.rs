@@ -1,8 +1,9 @@
 //! The one narrow interface to the architecture-specific context switch.
 //!
-//! Owns: the [`StackPointer`] of a suspended context, the [`switch`] primitive, and
-//! [`init_stack`], which lays out a fresh stack so that the first switch to it starts an entry
-//! function. Everything above this module (stacks, coroutines, the scheduler) is portable.
+//! Owns: the [`StackPointer`] of a suspended context, the switch primitives ([`switch`],
+//! [`resume`], [`suspend`]), and [`init_stack`], which lays out a fresh stack so that the
+//! first switch to it starts an entry function. Everything above this module (stacks,
+//! coroutines, the scheduler) is portable.
 //!
 //! May not: allocate, know about coroutines, or be selected by `cfg` anywhere else: this file
 //! is the only place that picks an architecture.
@@ -48,16 +49,21 @@ pub(crate) struct Transfer {
 /// [`init_stack`]. It runs on the new stack and must never return (it has no caller).
 pub(crate) type EntryFn = unsafe extern "C" fn(from: StackPointer, data: usize, arg: usize) -> !;
 
-unsafe extern "C" {
-    /// Defined in `asm/<arch>.S`.
-    #[link_name = "greenweave_switch"]
-    fn greenweave_switch(to: StackPointer, data: usize) -> Transfer;
-}
+// Three ways through the same assembly, which differ only in how the processor predicts the
+// final branch (`asm/x86_64.S` explains the return-stack buffer and has the measurements).
+// Every one is *correct* for any suspended context; choosing the matching one is what keeps
+// the predictor balanced:
+//
+//   switch   symmetric (greenlets): enters and leaves by jumps, the predictor is untouched.
+//   resume   enters by an ordinary call and leaves by a jump into the target.
+//   suspend  enters by a jump and leaves by the `ret` that matches the call in the `resume`
+//            that started or resumed this context.
 
 /// Suspends the running context and resumes the one saved at `to`, sending it `data`.
 ///
 /// Returns when some context switches back to this one, with that context's stack pointer and
-/// the word it sent.
+/// the word it sent. For symmetric transfers (greenlets); use [`resume`] and [`suspend`] for a
+/// resumer and the context it runs.
 ///
 /// # Safety
 /// `to` must be the stack pointer of a suspended context (from a [`Transfer`] or from
@@ -66,9 +72,31 @@ unsafe extern "C" {
 /// unwinding may cross the switch (the assembly has no landing pads).
 #[inline(always)]
 pub(crate) unsafe fn switch(to: StackPointer, data: usize) -> Transfer {
-    // SAFETY: the caller guarantees `to` is a live suspended context; the routine saves every
-    // callee-saved register the ABI requires, so to the compiler this is an ordinary call.
-    unsafe { greenweave_switch(to, data) }
+    // SAFETY: forwarded from the caller.
+    unsafe { imp::switch(to, data) }
+}
+
+/// [`switch`] from a resumer into a context that will come back with [`suspend`] (a coroutine
+/// resumed by its caller, a green thread run by the scheduler).
+///
+/// # Safety
+/// As for [`switch`].
+#[inline(always)]
+pub(crate) unsafe fn resume(to: StackPointer, data: usize) -> Transfer {
+    // SAFETY: forwarded from the caller.
+    unsafe { imp::resume(to, data) }
+}
+
+/// [`switch`] from a context back to the resumer that last [`resume`]d it (a coroutine
+/// suspending or finishing). Switching with it to any other context is correct but costs a
+/// mispredicted return.
+///
+/// # Safety
+/// As for [`switch`].
+#[inline(always)]
+pub(crate) unsafe fn suspend(to: StackPointer, data: usize) -> Transfer {
+    // SAFETY: forwarded from the caller.
+    unsafe { imp::suspend(to, data) }
 }
 
 /// Lays out a fresh stack ending (exclusive) at `top` so that the first [`switch`] to the

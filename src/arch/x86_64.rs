@@ -1,13 +1,15 @@
-//! x86_64 (System V) half of [`crate::arch`]: the layout of a fresh stack.
+//! x86_64 (System V) half of [`crate::arch`]: how Rust enters the switch, and the layout of a
+//! fresh stack.
 //!
-//! The switch itself is `asm/x86_64.S`; this file only writes the frame that the first switch
-//! to a new stack pops. Fresh stack, highest address at the top:
+//! The switch itself is `asm/x86_64.S`; this file enters it (by a call, or by three
+//! instructions of glue that push a resume address and jump) and writes the frame that the
+//! first switch to a new stack pops. Fresh stack, highest address at the top:
 //!
 //! ```text
 //!   top ->  +----------------------+  16-byte aligned
-//!           | 0                    |  top - 8   padding, keeps the trampoline's call aligned
+//!           | 0                    |  top - 8   padding, keeps the entry's stack aligned
 //!           | 0                    |  top - 16
-//!           | trampoline           |  top - 24  resume address: the first `ret` lands here
+//!           | trampoline           |  top - 24  resume address: the first switch jumps here
 //!           | 0  (rbp)             |  top - 32  ends frame-pointer walks
 //!           | 0  (rbx)             |  top - 40
 //!           | entry (r12)          |  top - 48
@@ -18,13 +20,75 @@
 //! ```
 //!
 //! After the switch pops seven words, rsp = top - 16, which is 16-byte aligned as the SysV ABI
-//! requires at the trampoline's `call`.
+//! requires where a `call` would be; the trampoline pushes a return address and jumps, so the
+//! entry starts with rsp = 8 mod 16, as after a call.
 
-use super::EntryFn;
+use super::{EntryFn, StackPointer, Transfer};
 
 unsafe extern "C" {
-    /// Defined in `asm/x86_64.S`; never called directly, only returned into.
+    /// Defined in `asm/x86_64.S`: saves this side, resumes `to` by an indirect jump.
+    fn greenweave_switch(to: StackPointer, data: usize) -> Transfer;
+    /// Defined in `asm/x86_64.S`: the same, resuming `to` by `ret`. Entered only by a jump.
+    fn greenweave_switch_ret();
+    /// Defined in `asm/x86_64.S`; never called directly, only jumped into.
     fn greenweave_trampoline();
+}
+
+/// Enters `$routine` by a jump, having pushed the address right after the jump as this side's
+/// resume address, exactly where a `call` would have put it but without a return-stack entry.
+macro_rules! jump_into {
+    ($routine:path, $to:expr, $data:expr) => {{
+        let from: *mut u8;
+        let data: usize;
+        // SAFETY (for the caller to uphold): `$to` is a suspended context. The routine saves
+        // rbx, rbp and r12-r15 and restores them when this side is resumed, so only the
+        // caller-saved registers are clobbered (clobber_abi). The push is undone by whichever
+        // routine resumes us, which pops the resume address, so rsp is unchanged; the block
+        // may push because it does not claim `nostack`.
+        core::arch::asm!(
+            "lea rax, [rip + 2f]", // this side's resume address: the label below
+            "push rax",            // saved as a call would save it (frame layout in the .S)
+            "jmp {routine}",       // into the switch; execution comes back at 2:
+            "2:",
+            routine = sym $routine,
+            in("rdi") $to.0.as_ptr(),
+            in("rsi") $data,
+            out("rax") from,
+            out("rdx") data,
+            clobber_abi("C"),
+        );
+        Transfer {
+            // The switch hands over the stack pointer it saved, never null (the macro expands
+            // inside the caller's unsafe block).
+            from: StackPointer(core::ptr::NonNull::new_unchecked(from)),
+            data,
+        }
+    }};
+}
+
+/// # Safety
+/// As `crate::arch::switch`.
+#[inline(always)]
+pub(super) unsafe fn switch(to: StackPointer, data: usize) -> Transfer {
+    // SAFETY: forwarded; see `jump_into`.
+    unsafe { jump_into!(greenweave_switch, to, data) }
+}
+
+/// # Safety
+/// As `crate::arch::switch`.
+#[inline(always)]
+pub(super) unsafe fn resume(to: StackPointer, data: usize) -> Transfer {
+    // SAFETY: the routine saves every callee-saved register the ABI requires, so to the
+    // compiler this is an ordinary call; `to` is a suspended context (forwarded).
+    unsafe { greenweave_switch(to, data) }
+}
+
+/// # Safety
+/// As `crate::arch::switch`.
+#[inline(always)]
+pub(super) unsafe fn suspend(to: StackPointer, data: usize) -> Transfer {
+    // SAFETY: forwarded; see `jump_into`.
+    unsafe { jump_into!(greenweave_switch_ret, to, data) }
 }
 
 /// Bytes of the initial frame, including the two words of alignment padding.
