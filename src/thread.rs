@@ -346,6 +346,7 @@ pub fn current() -> Thread {
 ///
 /// # Panics
 /// Outside a runtime.
+#[inline]
 pub fn yield_now() {
     scheduler::park(
         "greenweave::thread::yield_now",

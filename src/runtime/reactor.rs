@@ -172,6 +172,13 @@ impl Reactor {
         })
     }
 
+    /// Whether any fd is registered (besides the remote eventfd) or an orphaned waiter is
+    /// queued: otherwise polling cannot wake anything but a remote wake-up.
+    pub(crate) fn has_registrations(&self) -> bool {
+        let slab = self.slots.borrow();
+        slab.entries.len() > slab.free.len() || !self.orphaned.borrow().is_empty()
+    }
+
     /// Registers the runtime's eventfd under [`REMOTE_TOKEN`].
     pub(crate) fn register_remote(&self, fd: RawFd) -> io::Result<()> {
         self.epoll.add(fd, REMOTE_TOKEN)

@@ -12,7 +12,9 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasherDefault;
 use std::io;
+use std::mem::ManuallyDrop;
 use std::panic::{self, AssertUnwindSafe};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -72,13 +74,38 @@ pub(crate) struct Scheduler {
     /// Remote operations in flight: while non-zero, a wake-up can come from another thread.
     pub(crate) remote_pending: Cell<usize>,
     ready: RefCell<VecDeque<Rc<Task>>>,
-    current: RefCell<Option<Rc<Task>>>,
+    /// The running task, or null while the scheduler itself runs. Not a counted reference:
+    /// `run_task` holds one for exactly as long as this is set.
+    current: Cell<*const Task>,
     /// Every task not yet finished, by id.
-    tasks: RefCell<HashMap<u64, Rc<Task>>>,
+    tasks: RefCell<HashMap<u64, Rc<Task>, BuildHasherDefault<IdHasher>>>,
     timers: RefCell<super::timer::Timers>,
     next_id: Cell<u64>,
     runs_since_poll: Cell<u32>,
     pub(crate) default_stack_size: usize,
+}
+
+/// Hashes task ids for the task table. Ids are handed out in sequence by this scheduler, never
+/// chosen by anyone else, so there is nothing to defend against and SipHash's cost (a third of
+/// a spawn+join, measured) buys nothing; a multiply by an odd constant spreads sequential ids
+/// over the table's buckets.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 thread_local! {
@@ -119,12 +146,14 @@ unsafe fn current_green_name() -> Option<&'static [u8]> {
     if scheduler.is_null() {
         return None;
     }
-    // SAFETY: see above; `as_ptr` reads the cell without touching its borrow flag, and the
-    // running task is not being modified while its own code faults.
+    // SAFETY: see above; the running task (kept alive by `run_task`) is not being modified
+    // while its own code faults, and its name never changes.
     unsafe {
-        let current = &*(*scheduler).current.as_ptr();
-        let task: &Task = current.as_deref()?;
-        let name: &str = task.name.as_deref()?;
+        let task = (*scheduler).current.get();
+        if task.is_null() {
+            return None;
+        }
+        let name: &str = (*task).name.as_deref()?;
         Some(&*(name.as_bytes() as *const [u8]))
     }
 }
@@ -152,8 +181,8 @@ impl Scheduler {
             remote,
             remote_pending: Cell::new(0),
             ready: RefCell::new(VecDeque::new()),
-            current: RefCell::new(None),
-            tasks: RefCell::new(HashMap::new()),
+            current: Cell::new(std::ptr::null()),
+            tasks: RefCell::new(HashMap::default()),
             timers: RefCell::new(super::timer::Timers::default()),
             next_id: Cell::new(1),
             runs_since_poll: Cell::new(0),
@@ -197,10 +226,24 @@ impl Scheduler {
 
     /// The running task.
     pub(crate) fn current_task(&self) -> Rc<Task> {
-        self.current
-            .borrow()
-            .clone()
-            .expect("greenweave: this code must run on a green thread, not the scheduler")
+        let task = self.current_task_ref();
+        // SAFETY: `current` was made from the `Rc` that `run_task` holds while it is set, so
+        // it points into a live Rc allocation; the extra count is owned by the new Rc.
+        unsafe {
+            Rc::increment_strong_count(task);
+            Rc::from_raw(task)
+        }
+    }
+
+    /// The running task, without counting a reference: valid until it next parks (it stays
+    /// alive at least until then, held by `run_task`).
+    fn current_task_ref(&self) -> *const Task {
+        let task = self.current.get();
+        assert!(
+            !task.is_null(),
+            "greenweave: this code must run on a green thread, not the scheduler"
+        );
+        task
     }
 
     /// Makes `task` runnable if it is still in park number `park`, with `wake` as the reason.
@@ -208,7 +251,7 @@ impl Scheduler {
         if task.is_in_park(park) {
             task.state.set(TaskState::Runnable);
             task.wake.set(wake);
-            *task.waiting.borrow_mut() = None;
+            task.waiting.set(None);
             self.ready.borrow_mut().push_back(task);
         }
     }
@@ -236,8 +279,16 @@ impl Scheduler {
                 let runs = self.runs_since_poll.get() + 1;
                 self.runs_since_poll.set(runs);
                 if runs >= RUNS_BETWEEN_POLLS {
-                    self.fire_timers();
-                    self.poll(Some(Duration::ZERO));
+                    self.runs_since_poll.set(0);
+                    // Only what could have something to say: the clock when a timer is set,
+                    // epoll when an fd is registered or another thread may wake us. A pure
+                    // compute-and-yield program makes no system call here.
+                    if !self.timers.borrow().is_empty() {
+                        self.fire_timers();
+                    }
+                    if self.reactor.has_registrations() || self.remote_may_wake() {
+                        self.poll(Some(Duration::ZERO));
+                    }
                 }
             }
             // Nothing is ready: wait for I/O until the nearest deadline.
@@ -268,7 +319,7 @@ impl Scheduler {
     fn run_task(&self, task: Rc<Task>) {
         task.state.set(TaskState::Running);
         let wake = task.wake.replace(Wake::Notified);
-        *self.current.borrow_mut() = Some(task.clone());
+        self.current.set(Rc::as_ptr(&task));
         let outcome = {
             let mut coroutine = task.coroutine.borrow_mut();
             let coroutine = coroutine
@@ -276,7 +327,7 @@ impl Scheduler {
                 .expect("a runnable task has its coroutine");
             coroutine.resume(wake)
         };
-        *self.current.borrow_mut() = None;
+        self.current.set(std::ptr::null());
         match outcome {
             CoroutineResult::Yield(()) => self.arm_park(task),
             CoroutineResult::Return(()) => self.finish(task),
@@ -304,7 +355,8 @@ impl Scheduler {
                 .borrow_mut()
                 .insert(deadline, task.clone(), park);
         }
-        *task.waiting.borrow_mut() = Some((request.wait, request.deadline.is_some()));
+        task.waiting
+            .set(Some((request.wait, request.deadline.is_some())));
     }
 
     fn finish(&self, task: Rc<Task>) {
@@ -359,16 +411,21 @@ impl Scheduler {
         }
     }
 
+    /// Whether another OS thread may send a wake-up (a remote operation in flight, or a live
+    /// remote sender).
+    fn remote_may_wake(&self) -> bool {
+        self.remote_pending.get() > 0 || self.remote.handles.load(Ordering::Acquire) > 0
+    }
+
     /// Whether a parked task can be woken by something other than a green thread.
     fn can_anything_wake(&self) -> bool {
-        self.remote_pending.get() > 0
-            || self.remote.handles.load(Ordering::Acquire) > 0
+        self.remote_may_wake()
             || self
                 .tasks
                 .borrow()
                 .values()
-                .any(|task| match &*task.waiting.borrow() {
-                    Some((wait, has_deadline)) => wait.can_end_by_itself(*has_deadline),
+                .any(|task| match task.waiting.get() {
+                    Some((wait, has_deadline)) => wait.can_end_by_itself(has_deadline),
                     None => task.state.get() != TaskState::Parked,
                 })
     }
@@ -381,7 +438,7 @@ impl Scheduler {
              them (no timer, no I/O wait, no other OS thread):",
         );
         for task in tasks {
-            let waiting = match &*task.waiting.borrow() {
+            let waiting = match task.waiting.get() {
                 Some((wait, _)) => wait.to_string(),
                 None => "not parked".to_owned(),
             };
@@ -483,6 +540,7 @@ pub(crate) fn run_main<T: 'static>(
 /// While the thread is already unwinding for another reason, delivery waits for a later park.
 ///
 /// Returns [`Wake::Notified`] or [`Wake::TimedOut`].
+#[inline]
 pub(crate) fn park(
     what: &str,
     wait: Wait,
@@ -491,7 +549,11 @@ pub(crate) fn park(
     mut register: impl FnMut(&Rc<Task>, u64),
 ) -> Wake {
     loop {
-        let task = with_scheduler(what, |scheduler| scheduler.current_task());
+        let task = with_scheduler(what, |scheduler| scheduler.current_task_ref());
+        // SAFETY: `task` came from the Rc that `run_task` holds until this green thread
+        // suspends below; borrowing that count (ManuallyDrop: never released here) saves a
+        // count update on every park, and nothing of it is used after the suspend.
+        let task = ManuallyDrop::new(unsafe { Rc::from_raw(task) });
         deliver_pending_cancellation(&task);
         // A `time::timeout` in force bounds this park too; if it has passed, it ends the
         // scope now instead of parking.
@@ -516,12 +578,11 @@ pub(crate) fn park(
         let park = task.park_number.get() + 1;
         task.park_number.set(park);
         register(&task, park);
-        *task.park_request.borrow_mut() = Some(ParkRequest {
-            wait: wait.clone(),
+        task.park_request.set(Some(ParkRequest {
+            wait,
             deadline: effective_deadline,
             io: io.clone(),
-        });
-        drop(task);
+        }));
         // SAFETY: the yielder was set by this green thread's body when it started and lives in
         // its root frame, which is alive (we are running on this stack).
         match unsafe { &*yielder }.suspend(()) {

@@ -29,7 +29,7 @@ pub(crate) enum Wake {
 
 /// What a parked green thread waits for, for the deadlock report and to know whether anything
 /// but another green thread could wake it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) enum Wait {
     /// `yield_now`: runnable again at once.
     Yield,
@@ -103,8 +103,9 @@ pub(crate) struct Task {
     /// Counts parks; wake-ups and timer entries name the park they are for.
     pub(crate) park_number: Cell<u64>,
     /// Set while parked: what it waits for and whether it has a deadline.
-    pub(crate) waiting: RefCell<Option<(Wait, bool)>>,
-    pub(crate) park_request: RefCell<Option<ParkRequest>>,
+    pub(crate) waiting: Cell<Option<(Wait, bool)>>,
+    /// Set by `park` just before the switch out, taken by the scheduler just after it.
+    pub(crate) park_request: Cell<Option<ParkRequest>>,
     pub(crate) wake: Cell<Wake>,
     pub(crate) cancel_requested: Cell<bool>,
     /// The innermost `time::timeout` deadline in force, with the token of the `timeout` call
@@ -123,8 +124,8 @@ impl Task {
             yielder: Cell::new(std::ptr::null()),
             state: Cell::new(TaskState::Runnable),
             park_number: Cell::new(0),
-            waiting: RefCell::new(None),
-            park_request: RefCell::new(None),
+            waiting: Cell::new(None),
+            park_request: Cell::new(None),
             wake: Cell::new(Wake::Notified),
             cancel_requested: Cell::new(false),
             scope_deadline: Cell::new(None),

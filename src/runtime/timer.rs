@@ -83,6 +83,11 @@ impl Timers {
         self.heap.len()
     }
 
+    /// Whether no entry is held (not even a stale one).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.heap.is_empty()
+    }
+
     /// The nearest deadline whose park is still in progress (stale entries are dropped).
     pub(crate) fn next_deadline(&mut self) -> Option<Instant> {
         while let Some(Reverse(entry)) = self.heap.peek() {
