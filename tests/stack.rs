@@ -1,7 +1,8 @@
-//! `Stack`: what sizes it accepts, how it rounds them, and that it survives a trip through a
-//! coroutine.
+//! `Stack`: what sizes it accepts, how it rounds them, that it survives a trip through a
+//! coroutine, and that its guard page is inaccessible and costs the mappings its kind says.
 
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use greenweave::{Coroutine, CoroutineResult, Stack};
 
@@ -157,4 +158,158 @@ fn debug_output_of_a_stack_names_its_size() {
     let stack = Stack::new(8 * 1024).unwrap();
     let text = format!("{stack:?}");
     assert!(text.contains(&format!("size: {}", stack.size())), "{text}");
+}
+
+/// One line of `/proc/self/maps`: `[start, end)` and the permissions (`rw-p`, `---p`, ...).
+struct Mapping {
+    start: usize,
+    end: usize,
+    perms: String,
+}
+
+fn memory_mappings() -> Vec<Mapping> {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .map(|line| {
+            let mut fields = line.split_whitespace();
+            let range = fields.next().unwrap();
+            let perms = fields.next().unwrap().to_owned();
+            let (start, end) = range.split_once('-').unwrap();
+            Mapping {
+                start: usize::from_str_radix(start, 16).unwrap(),
+                end: usize::from_str_radix(end, 16).unwrap(),
+                perms,
+            }
+        })
+        .collect()
+}
+
+/// Where a stack lies and which guard kind it reports, read from its `Debug` output
+/// (`Stack { limit: 0x.., top: 0x.., size: .., guard: .. }`), the only place the public API
+/// shows them.
+struct StackLayout {
+    limit: usize,
+    top: usize,
+    guard: String,
+}
+
+fn layout_of(stack: &Stack) -> StackLayout {
+    let text = format!("{stack:?}");
+    let field = |name: &str| -> &str {
+        let start = text
+            .find(&format!("{name}: "))
+            .unwrap_or_else(|| panic!("{text}"))
+            + name.len()
+            + 2;
+        let rest = &text[start..];
+        &rest[..rest.find([',', ' ']).unwrap_or(rest.len())]
+    };
+    let address =
+        |name: &str| usize::from_str_radix(field(name).trim_start_matches("0x"), 16).unwrap();
+    StackLayout {
+        limit: address("limit"),
+        top: address("top"),
+        guard: field("guard").to_owned(),
+    }
+}
+
+/// Whether the kernel refuses to read the byte at `address`: write(2) from it into a pipe
+/// fails with EFAULT. The kernel does the read, so a working guard page fails the call
+/// instead of killing the test.
+fn kernel_cannot_read(pipe: &OwnedFd, address: usize) -> bool {
+    // SAFETY: write(2) only reads one byte at `address`, through the kernel's user-copy
+    // routine, which turns a fault into EFAULT; the pipe (64 KiB) has room for every byte the
+    // test writes (one per stack), so the call cannot block.
+    let written = unsafe { libc::write(pipe.as_raw_fd(), address as *const libc::c_void, 1) };
+    written == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT)
+}
+
+fn pipe() -> (OwnedFd, OwnedFd) {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both descriptors were just opened and nothing else owns them.
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
+/// Every stack's guard page is inaccessible whichever way the crate made it, and costs what
+/// its kind says: with guard regions (Linux 6.13+ `MADV_GUARD_INSTALL`) a stack is one
+/// mapping and neighbours merge, so 2,000 stacks take far fewer than 2,000 mappings; with
+/// `PROT_NONE` guard pages each stack is exactly two (a one-page `---p` guard and its usable
+/// range). Only this test's own stacks are counted, so tests running alongside do not matter.
+#[test]
+fn guard_pages_fault_and_take_the_mappings_their_kind_says() {
+    const STACKS: usize = 2000;
+    let page = page_size();
+    let stacks: Vec<Stack> = (0..STACKS)
+        .map(|_| Stack::new(Stack::DEFAULT_SIZE).unwrap())
+        .collect();
+    let layouts: Vec<StackLayout> = stacks.iter().map(layout_of).collect();
+    let kind = layouts[0].guard.clone();
+    assert!(
+        layouts.iter().all(|layout| layout.guard == kind),
+        "every stack of a process uses the same guard kind"
+    );
+
+    let (_read_end, write_end) = pipe();
+    for layout in &layouts {
+        assert_eq!(layout.top - layout.limit, Stack::DEFAULT_SIZE);
+        assert!(
+            kernel_cannot_read(&write_end, layout.limit - page),
+            "the {kind} guard page below {:#x} must be inaccessible",
+            layout.limit
+        );
+        assert!(
+            !kernel_cannot_read(&write_end, layout.limit),
+            "the lowest usable byte at {:#x} must be readable",
+            layout.limit
+        );
+    }
+
+    let maps = memory_mappings();
+    let containing = |address: usize| {
+        maps.iter()
+            .position(|m| m.start <= address && address < m.end)
+            .unwrap_or_else(|| panic!("{address:#x} is not mapped"))
+    };
+    let mut used = std::collections::BTreeSet::new();
+    for layout in &layouts {
+        let guard = containing(layout.limit - page);
+        let usable = containing(layout.limit);
+        used.extend([guard, usable, containing(layout.top - 1)]);
+        match kind.as_str() {
+            "GuardRegion" => {
+                assert_eq!(
+                    guard, usable,
+                    "a guard region does not split its stack's mapping"
+                );
+                assert!(maps[guard].perms.starts_with("rw"), "{}", maps[guard].perms);
+            }
+            "ProtNone" => {
+                let (guard, usable) = (&maps[guard], &maps[usable]);
+                assert_eq!(
+                    (guard.start, guard.end),
+                    (layout.limit - page, layout.limit)
+                );
+                assert!(guard.perms.starts_with("---"), "{}", guard.perms);
+                assert_eq!((usable.start, usable.end), (layout.limit, layout.top));
+                assert!(usable.perms.starts_with("rw"), "{}", usable.perms);
+            }
+            other => panic!("unknown guard kind {other:?}"),
+        }
+    }
+    println!(
+        "guard kind {kind}: {STACKS} stacks take {} mappings (/proc/self/maps lines)",
+        used.len()
+    );
+    if kind == "GuardRegion" {
+        assert!(
+            used.len() <= STACKS / 10,
+            "neighbouring stacks with guard regions should share mappings, but {STACKS} stacks \
+             take {} mappings",
+            used.len()
+        );
+    } else {
+        assert_eq!(used.len(), 2 * STACKS);
+    }
 }

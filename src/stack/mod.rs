@@ -1,10 +1,20 @@
 //! Guard-paged, lazily committed stacks for coroutines.
 //!
-//! Owns: [`Stack`] (one anonymous mapping: a `PROT_NONE` guard page below the usable range),
-//! its registration with the overflow reporter and with Valgrind, and the per-thread pool of
-//! default-size stacks (`pool`).
+//! Owns: [`Stack`] (one anonymous mapping with an inaccessible guard page below the usable
+//! range), the once-per-process choice of how that guard page is made inaccessible
+//! ([`GuardKind`]), the stack's registration with the overflow reporter and with Valgrind, and
+//! the per-thread pool of default-size stacks (`pool`).
 //!
 //! May not: run code on a stack or know what runs there; that is the coroutine layer's job.
+//!
+//! # Guard pages and `vm.max_map_count`
+//! Making the guard page `PROT_NONE` with `mprotect` splits the stack's mapping in two, and no
+//! two stacks can then merge, so every stack costs two of the process's `vm.max_map_count`
+//! mappings (65530 by default: about 32,000 stacks). Linux 6.13 added
+//! `madvise(MADV_GUARD_INSTALL)`, which marks the page in the page tables instead: the mapping
+//! stays whole, and adjacent stacks (identical anonymous mappings) merge into one, so a million
+//! stacks take a handful of mappings. The crate uses it when a probe shows that it really
+//! faults (see [`guard_kind`]) and falls back to `mprotect` otherwise.
 
 pub(crate) mod pool;
 mod valgrind;
@@ -12,6 +22,8 @@ mod valgrind;
 use core::fmt;
 use core::ptr::NonNull;
 use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::OnceLock;
 
 use memmap2::{MmapMut, MmapOptions};
 
@@ -24,8 +36,13 @@ use crate::overflow;
 /// not memory. Running off the bottom hits the guard page, and greenweave's fault handler
 /// reports the overflow and aborts the process (see the crate docs).
 ///
-/// Each stack is two memory mappings (the guard page and the usable range), so a process
-/// with the kernel's default `vm.max_map_count` (65530) can hold about 32,000 stacks at once.
+/// On Linux 6.13 and later the guard page is a guard region (`MADV_GUARD_INSTALL`): each stack
+/// is one memory mapping and neighbouring stacks merge, so the kernel's `vm.max_map_count`
+/// rarely limits how many can be live (a million stacks take a few dozen mappings). On older
+/// kernels (and under emulators that ignore the
+/// request) the guard page is made `PROT_NONE`, each stack is two mappings, and a process with
+/// the default `vm.max_map_count` (65530) can hold about 32,000 stacks at once. The `Debug`
+/// output names the kind in use (`guard: GuardRegion` or `guard: ProtNone`).
 ///
 /// # Examples
 ///
@@ -43,8 +60,11 @@ use crate::overflow;
 pub struct Stack {
     /// The whole region: `[guard page][usable range]`, lowest address first.
     mapping: MmapMut,
-    /// Bytes of guard at the bottom of `mapping`.
-    guard_bytes: usize,
+    /// Bytes of guard at the bottom of `mapping` (one page). A `u32`, so that it and `guard`
+    /// share one word and a `Stack`, held by every green thread, stays four words.
+    guard_bytes: u32,
+    /// How the guard was made inaccessible (kept for `Debug`; unmapping removes either kind).
+    guard: GuardKind,
     /// Valgrind's handle for the usable range (0 when not running under Valgrind).
     valgrind_id: usize,
 }
@@ -89,30 +109,22 @@ impl Stack {
             .no_reserve_swap()
             .map_anon()
             .map_err(|e| mapping_error("reserve", size, e))?;
-        // SAFETY: the first page lies inside `mapping`, which this function owns exclusively;
-        // making it inaccessible cannot invalidate any reference because none exists yet.
-        let rc =
-            unsafe { libc::mprotect(mapping.as_ptr() as *mut libc::c_void, page, libc::PROT_NONE) };
-        if rc != 0 {
-            return Err(mapping_error(
-                "protect the guard page of",
-                size,
-                io::Error::last_os_error(),
-            ));
-        }
+        let guard = install_guard(mapping.as_ptr(), page)
+            .map_err(|e| mapping_error("protect the guard page of", size, e))?;
         let base = mapping.as_ptr() as usize;
         let valgrind_id = valgrind::register_stack(base + page, base + total);
         overflow::register_guard(base, page, usable);
         Ok(Stack {
             mapping,
-            guard_bytes: page,
+            guard_bytes: u32::try_from(page).expect("a page is smaller than 4 GiB"),
+            guard,
             valgrind_id,
         })
     }
 
     /// Usable bytes: the requested size rounded up to whole pages, guard page not included.
     pub fn size(&self) -> usize {
-        self.mapping.len() - self.guard_bytes
+        self.mapping.len() - self.guard_bytes as usize
     }
 
     /// One past the highest usable byte; 16-byte aligned (page aligned, in fact).
@@ -123,7 +135,7 @@ impl Stack {
 
     /// The lowest usable byte, just above the guard page.
     pub(crate) fn limit(&self) -> usize {
-        self.mapping.as_ptr() as usize + self.guard_bytes
+        self.mapping.as_ptr() as usize + self.guard_bytes as usize
     }
 }
 
@@ -131,7 +143,11 @@ impl Drop for Stack {
     fn drop(&mut self) {
         overflow::unregister_guard(self.mapping.as_ptr() as usize);
         valgrind::deregister_stack(self.valgrind_id);
-        // `mapping` unmaps the guard page and the usable range together.
+        // `mapping` unmaps the guard page and the usable range together (and with them a
+        // guard region's markers). Unmapping a stack from the middle of a mapping merged with
+        // its neighbours splits that mapping, which the kernel refuses only when the process
+        // is already at vm.max_map_count; memmap2 then ignores the error and the range stays
+        // mapped (leaked), never reused.
     }
 }
 
@@ -141,6 +157,7 @@ impl fmt::Debug for Stack {
             .field("limit", &format_args!("{:#x}", self.limit()))
             .field("top", &self.top())
             .field("size", &self.size())
+            .field("guard", &self.guard)
             .finish()
     }
 }
@@ -152,7 +169,92 @@ pub(crate) fn page_size() -> usize {
     usize::try_from(size).expect("the page size is positive")
 }
 
-/// Explains a failed `mmap`/`mprotect`, naming the limit that usually causes it.
+/// How a stack's guard page is made inaccessible.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GuardKind {
+    /// `madvise(MADV_GUARD_INSTALL)`: a marker in the page tables; the mapping stays whole.
+    GuardRegion,
+    /// `mprotect(PROT_NONE)`: the guard page becomes a mapping of its own.
+    ProtNone,
+}
+
+/// `MADV_GUARD_INSTALL` from the kernel's `include/uapi/asm-generic/mman-common.h` (Linux 6.13,
+/// the same value on every architecture). The `libc` crate in use (0.2.191) does not define it.
+/// Its counterpart `MADV_GUARD_REMOVE` (103) is never needed: unmapping removes the markers.
+const MADV_GUARD_INSTALL: libc::c_int = 102;
+
+/// The guard kind this process uses, probed once (on the first stack) and then cached.
+///
+/// `madvise` returns `EINVAL` for advice the kernel does not know, which would be easy to
+/// detect, but qemu-user (which runs the aarch64 tests) returns success for advice it does not
+/// implement and does nothing: trusting the return value would silently leave stacks without
+/// overflow protection. So the probe also checks that the marked page really faults.
+fn guard_kind() -> GuardKind {
+    static KIND: OnceLock<GuardKind> = OnceLock::new();
+    *KIND.get_or_init(|| {
+        if guard_regions_fault() {
+            GuardKind::GuardRegion
+        } else {
+            GuardKind::ProtNone
+        }
+    })
+}
+
+/// Whether `MADV_GUARD_INSTALL` is accepted *and* makes the page inaccessible. Any failure
+/// along the way (an old kernel, no memory, no file descriptors left) answers no, which only
+/// costs mappings, never protection.
+fn guard_regions_fault() -> bool {
+    let page = page_size();
+    let Ok(probe) = MmapOptions::new().len(2 * page).map_anon() else {
+        return false;
+    };
+    let guard = probe.as_ptr();
+    // SAFETY: the first page of `probe` belongs to this function alone and nothing refers to
+    // it; the advice only makes it inaccessible (or, under an emulator, does nothing).
+    let rc = unsafe { libc::madvise(guard as *mut libc::c_void, page, MADV_GUARD_INSTALL) };
+    if rc != 0 {
+        return false;
+    }
+    // Reading the page ourselves would raise SIGSEGV if the guard works. write(2) reads it
+    // through the kernel's user-copy routine instead, which reports the same fault as EFAULT.
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: `fds` has room for the two descriptors pipe2 writes on success.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return false;
+    }
+    // SAFETY: pipe2 succeeded, so both descriptors are open and owned by nobody else; the
+    // OwnedFds close them when this function returns.
+    let (_read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: `guard` points to one byte inside `probe`, which outlives the call; a fresh pipe
+    // has room for it, so the write cannot block. If the guard works the kernel reads nothing
+    // and fails with EFAULT.
+    let written = unsafe { libc::write(write_end.as_raw_fd(), guard.cast(), 1) };
+    written == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT)
+}
+
+/// Makes `[start, start + len)`, the bottom of a new stack mapping, inaccessible, as a guard
+/// region when the probe showed they work and with `mprotect` otherwise (also if installing a
+/// guard region fails for this one stack: it then costs a mapping more, but is protected).
+fn install_guard(start: *const u8, len: usize) -> io::Result<GuardKind> {
+    if guard_kind() == GuardKind::GuardRegion {
+        // SAFETY: the range is the first page of a mapping that `Stack::new` has just made
+        // and owns exclusively; no reference into it exists, so making it fault is harmless.
+        let rc = unsafe { libc::madvise(start as *mut libc::c_void, len, MADV_GUARD_INSTALL) };
+        if rc == 0 {
+            return Ok(GuardKind::GuardRegion);
+        }
+    }
+    // SAFETY: as above: the range lies inside a mapping this stack owns and nothing refers to
+    // it yet.
+    let rc = unsafe { libc::mprotect(start as *mut libc::c_void, len, libc::PROT_NONE) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(GuardKind::ProtNone)
+}
+
+/// Explains a failed `mmap`/`mprotect`/`madvise`, naming the limit that usually causes it.
 fn mapping_error(action: &str, size: usize, error: io::Error) -> io::Error {
     if error.raw_os_error() != Some(libc::ENOMEM) {
         return io::Error::new(
@@ -163,13 +265,33 @@ fn mapping_error(action: &str, size: usize, error: io::Error) -> io::Error {
     let limit = std::fs::read_to_string("/proc/sys/vm/max_map_count")
         .map(|text| text.trim().to_owned())
         .unwrap_or_else(|_| "unknown".to_owned());
+    let mappings = match guard_kind() {
+        GuardKind::ProtNone => format!(
+            "Each stack's PROT_NONE guard page makes it two mappings, so vm.max_map_count (now \
+             {limit}) caps a process near half that many live stacks"
+        ),
+        GuardKind::GuardRegion => format!(
+            "Stacks use guard regions and neighbouring ones share a mapping, but mappings that \
+             cannot merge still count against vm.max_map_count (now {limit})"
+        ),
+    };
     io::Error::new(
         io::ErrorKind::OutOfMemory,
         format!(
             "could not {action} a {size}-byte coroutine stack: out of memory or out of memory \
-             mappings. Each guarded stack costs two mappings and vm.max_map_count (now {limit}) \
-             caps a process near half that many live stacks: raise it (sysctl -w \
-             vm.max_map_count=2200000), keep fewer coroutines alive, or use smaller stacks"
+             mappings. {mappings}: raise it (sysctl -w vm.max_map_count=2200000), keep fewer \
+             coroutines alive, or use smaller stacks"
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every green thread holds a `Stack`; recording the guard kind must not make it bigger.
+    #[test]
+    fn a_stack_handle_is_four_words() {
+        assert_eq!(size_of::<Stack>(), 4 * size_of::<usize>());
+    }
 }

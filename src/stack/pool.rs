@@ -1,7 +1,7 @@
 //! The per-thread pool of freed default-size stacks.
 //!
 //! Owns: a bounded list of [`Stack::DEFAULT_SIZE`] stacks per OS thread, so creating a
-//! coroutine reuses a mapping instead of calling `mmap` + `mprotect` each time.
+//! coroutine reuses a mapping instead of calling `mmap` and installing a guard page each time.
 //!
 //! May not: hold stacks of any other size (they would be handed to callers who asked for the
 //! default), or outlive its thread: the pool is a `thread_local!`, and its stacks are unmapped
