@@ -72,7 +72,7 @@
 use core::cell::{Cell, RefCell};
 use core::fmt;
 use core::marker::PhantomData;
-use core::mem::MaybeUninit;
+use core::mem::{ManuallyDrop, MaybeUninit};
 use core::ptr;
 use std::any::{Any, TypeId, type_name};
 use std::io;
@@ -155,7 +155,9 @@ pub type TraceHook = fn(Event, GreenletId, GreenletId);
 /// assert_eq!(seen, [(Event::Switch, main, g.id()), (Event::Switch, g.id(), main)]);
 /// ```
 pub fn set_trace(hook: Option<TraceHook>) -> Option<TraceHook> {
-    TRACE.with(|trace| trace.replace(hook))
+    let previous = TRACE.replace(hook);
+    set_current(current_or_null());
+    previous
 }
 
 /// A handle to the greenlet running now on this thread (the main greenlet if no other is).
@@ -377,8 +379,15 @@ impl<T> Drop for Greenlet<T> {
     }
 }
 
-/// The type-erased state of one greenlet, shared by its handles, its children (as parent),
-/// the thread's `CURRENT` while it runs, and deliveries in flight.
+/// The type-erased state of one greenlet, shared by its handles and its children (as parent).
+///
+/// **The self count.** A started greenlet that has not finished owns one strong count of its
+/// own record (taken in `greenlet_entry`; the main greenlet's is `MAIN`'s), so that a switch
+/// moves no counts: the running greenlet and a suspended sender are kept alive by their own.
+/// It is given up when the greenlet's last message is received (`release_finished`), or when
+/// a kill is refused and nothing else refers to the greenlet (`kill`). So a suspended greenlet
+/// that nobody else refers to has a strong count of exactly 1 (the receiver of its switch
+/// kills it then: `sender_suspended`), an unstarted one of 0.
 struct Record {
     id: GreenletId,
     state: Cell<State>,
@@ -460,57 +469,118 @@ enum Payload<T> {
 /// greenlet waiting for another message type (a kill, a throw through a handle of another
 /// type, a child's panic), and the receiver must read it without knowing the sender's `T`.
 /// The value is read only when there is no panic, and values are type-checked by the sender.
+///
+/// The word sent is the delivery's address with two tag bits: fiber's `FINISHED_TAG` on a
+/// finished greenlet's last message, and `PANIC_TAG` on a panic sent by `switch_to`. So a
+/// plain value (the common switch) writes and reads no panic slot.
 #[repr(C)]
 struct Delivery<T> {
     header: Header,
-    /// Initialised exactly when `header.panic` is `None`.
+    /// Initialised exactly when there is no panic.
     value: MaybeUninit<T>,
 }
 
 #[repr(C)]
 struct Header {
-    /// The sender. Alive while this is in flight: `CURRENT` holds it until the receiver
-    /// replaces it.
+    /// The sender, kept alive by its self count (a finished sender's until the receiver gives
+    /// it up). The receiver was made `CURRENT` and `Running` by the sender.
     from: *const Record,
-    /// The receiver. The delivery owns one strong count of it, which the receiver hands to
-    /// `CURRENT`.
-    to: *const Record,
-    panic: Option<Box<dyn Any + Send>>,
+    /// Initialised when the word carries `PANIC_TAG` (then `Some`) or `FINISHED_TAG`.
+    panic: MaybeUninit<Option<Box<dyn Any + Send>>>,
 }
 
+/// Set in the switch word when a delivery sent by `switch_to` carries a panic. Free, since a
+/// `Delivery` (it holds pointers) is at least 4-aligned.
+const PANIC_TAG: usize = 2;
+
 impl<T> Delivery<T> {
-    fn new(from: *const Record, to: *const Record, payload: Payload<T>) -> Self {
+    /// A delivery sent by `switch_to`, and the tag its word carries.
+    #[inline(always)]
+    fn new(from: *const Record, payload: Payload<T>) -> (Self, usize) {
+        const { assert!(align_of::<Message<Delivery<T>>>() > PANIC_TAG | FINISHED_TAG) };
+        match payload {
+            Payload::Value(value) => (
+                Delivery {
+                    header: Header {
+                        from,
+                        panic: MaybeUninit::uninit(),
+                    },
+                    value: MaybeUninit::new(value),
+                },
+                0,
+            ),
+            Payload::Panic(payload) => (
+                Delivery {
+                    header: Header {
+                        from,
+                        panic: MaybeUninit::new(Some(payload)),
+                    },
+                    value: MaybeUninit::uninit(),
+                },
+                PANIC_TAG,
+            ),
+        }
+    }
+
+    /// A finished greenlet's last message (sent with `FINISHED_TAG` by the fiber root).
+    fn last(from: *const Record, payload: Payload<T>) -> Self {
         let (panic, value) = match payload {
             Payload::Value(value) => (None, MaybeUninit::new(value)),
             Payload::Panic(payload) => (Some(payload), MaybeUninit::uninit()),
         };
         Delivery {
-            header: Header { from, to, panic },
+            header: Header {
+                from,
+                panic: MaybeUninit::new(panic),
+            },
             value,
         }
     }
 }
 
 thread_local! {
-    /// The running greenlet, owning one strong count (`Rc::into_raw`); null until this thread
-    /// first uses greenlets. A plain `Cell` of a pointer, so reading it on every switch is a
-    /// single load with no lazy-initialisation or destructor-registration check.
-    static CURRENT: Cell<*const Record> = const { Cell::new(ptr::null()) };
-    /// Releases CURRENT's count when the thread exits; touched once, when main is created.
+    /// The running greenlet (its self count keeps it alive; this owns none); null until this
+    /// thread first uses greenlets, and again from thread teardown on. Tagged with [`SLOW`]
+    /// when a switch must take the slow path: when it is null, or a trace hook is installed.
+    /// A plain `Cell` of a pointer, so the fast path of a switch reads one word with no
+    /// lazy-initialisation or destructor-registration check, and tests one bit.
+    static CURRENT: Cell<*const Record> = const { Cell::new(ptr::without_provenance(SLOW)) };
+    /// The main greenlet's self count (`Rc::into_raw`); null until it is made.
+    static MAIN: Cell<*const Record> = const { Cell::new(ptr::null()) };
+    /// Releases MAIN's count when the thread exits; touched once, when main is created.
     static TEARDOWN: Teardown = const { Teardown };
     static TRACE: Cell<Option<TraceHook>> = const { Cell::new(None) };
     static NEXT_ID: Cell<u64> = const { Cell::new(1) };
 }
 
-/// At thread exit, drops the reference `CURRENT` holds (usually to the main greenlet).
+/// The tag bit of `CURRENT`: a switch must take the slow path. Free, since a `Record` (it holds
+/// pointers) is at least 2-aligned.
+const SLOW: usize = 1;
+const _: () = assert!(align_of::<Record>() > SLOW);
+
+/// Makes `record` `CURRENT`, tagged if a switch must take the slow path.
+#[inline]
+fn set_current(record: *const Record) {
+    let slow = record.is_null() || TRACE.get().is_some();
+    CURRENT.set(record.map_addr(|addr| addr | usize::from(slow)));
+}
+
+/// The running greenlet's record, or null if this thread has no greenlets (yet, or any more).
+#[inline]
+fn current_or_null() -> *const Record {
+    CURRENT.get().map_addr(|addr| addr & !SLOW)
+}
+
+/// At thread exit, forgets `CURRENT` and drops the main greenlet's self count.
 struct Teardown;
 
 impl Drop for Teardown {
     fn drop(&mut self) {
-        let current = CURRENT.replace(ptr::null());
-        if !current.is_null() {
-            // SAFETY: CURRENT owns one strong count of a record made by Rc::into_raw.
-            drop(unsafe { Rc::from_raw(current) });
+        set_current(ptr::null());
+        let main = MAIN.replace(ptr::null());
+        if !main.is_null() {
+            // SAFETY: MAIN owns one strong count of a record made by Rc::into_raw.
+            drop(unsafe { Rc::from_raw(main) });
         }
     }
 }
@@ -524,10 +594,10 @@ fn next_id() -> GreenletId {
 }
 
 /// The running greenlet's record, creating this thread's main greenlet on first use. The
-/// pointer stays valid while that greenlet runs (CURRENT holds a count).
+/// pointer stays valid while that greenlet runs (its self count keeps it alive).
 #[inline]
 fn current_ptr() -> *const Record {
-    let current = CURRENT.get();
+    let current = current_or_null();
     if current.is_null() {
         make_main()
     } else {
@@ -547,15 +617,16 @@ fn make_main() -> *const Record {
     });
     TEARDOWN.with(|_| {});
     let main = Rc::into_raw(main);
-    CURRENT.set(main);
+    MAIN.set(main);
+    set_current(main);
     main
 }
 
 /// A new strong reference to the running greenlet.
 fn current_record() -> Rc<Record> {
     let current = current_ptr();
-    // SAFETY: `current` came from Rc::into_raw and CURRENT holds a count, so it is alive; the
-    // increment gives the new Rc its own count.
+    // SAFETY: `current` came from Rc::into_raw (every record is made by Rc::new) and its self
+    // count keeps it alive; the increment gives the new Rc its own count.
     unsafe {
         Rc::increment_strong_count(current);
         Rc::from_raw(current)
@@ -579,8 +650,38 @@ fn live_ancestor(record: &Rc<Record>) -> Rc<Record> {
 
 /// Moves control to `target` (or its nearest live ancestor) with `payload`; returns what the
 /// next switch back here brings.
+///
+/// The fast path is a suspended or unstarted target, with no trace hook installed and the
+/// main greenlet made (`CURRENT` untagged): nothing but this function runs between reading
+/// the target's saved context and switching to it. Everything else (dead targets, a switch
+/// to oneself, tracing, the first use on a thread) is `transfer_slow`.
 #[inline(always)]
 fn transfer<T: 'static>(target: &Rc<Record>, payload: Payload<T>, event: Event) -> T {
+    let current = CURRENT.get();
+    if current.addr() & SLOW == 0
+        && let State::Unstarted(to) | State::Suspended(to) = target.state.get()
+    {
+        if let Payload::Value(_) = payload {
+            check_expects::<T>(target);
+        }
+        // SAFETY: `to` was read just now and nothing ran since; `current`, untagged (so not
+        // null), is the running greenlet (not `target`, which is not running), and no hook is
+        // installed.
+        unsafe { switch_to(current, target, to, payload, 0) }
+    } else {
+        // Taken apart and rebuilt for the call, so that the payload is put in memory (where
+        // the call takes it) on this path only, and not before the branch.
+        match payload {
+            Payload::Value(value) => transfer_slow(target, Payload::Value(value), event),
+            Payload::Panic(panic) => transfer_slow(target, Payload::Panic(panic), event),
+        }
+    }
+}
+
+/// [`transfer`] to a dead target, to the running greenlet itself, or with a trace hook.
+#[cold]
+#[inline(never)]
+fn transfer_slow<T: 'static>(target: &Rc<Record>, payload: Payload<T>, event: Event) -> T {
     let current = current_ptr();
     let redirected;
     let target = if matches!(target.state.get(), State::Dead) {
@@ -595,25 +696,47 @@ fn transfer<T: 'static>(target: &Rc<Record>, payload: Payload<T>, event: Event) 
     if let Payload::Value(_) = payload {
         check_expects::<T>(target);
     }
-    // SAFETY: CURRENT holds a count of the running greenlet.
-    let current = unsafe { &*current };
-    trace(event, current, target);
+    // SAFETY: `current` is the running greenlet, alive by its self count.
+    trace(event, unsafe { &*current }, target);
+    // Read after the hook, which may have switched around.
     let to = match target.state.get() {
         State::Unstarted(sp) | State::Suspended(sp) => sp,
         State::Running | State::Dead => {
             unreachable!("only the current greenlet runs, and dead targets were redirected")
         }
     };
-    current.expects.set(Expected::of::<T>());
-    let delivery = Message::new(Delivery::new(
-        current,
-        Rc::into_raw(target.clone()),
-        payload,
-    ));
+    let slow = usize::from(TRACE.get().is_some());
+    // SAFETY: `to` was read just now and nothing ran since; `target` is not `current`; `slow`
+    // says whether a hook is installed.
+    unsafe { switch_to(current, target, to, payload, slow) }
+}
+
+/// The switch itself: makes `target` the running greenlet and jumps to it.
+///
+/// # Safety
+/// `current` is the running greenlet and `target` another one, whose saved context (state
+/// `Unstarted(to)` or `Suspended(to)`) is `to`; if `payload` is a value, `target` expects a
+/// `T`. `slow` is `SLOW` if a trace hook is installed, else 0.
+#[inline(always)]
+unsafe fn switch_to<T: 'static>(
+    current: *const Record,
+    target: &Record,
+    to: StackPointer,
+    payload: Payload<T>,
+    slow: usize,
+) -> T {
+    // SAFETY: per the contract, the running greenlet, alive by its self count.
+    unsafe { (*current).expects.set(Expected::of::<T>()) };
+    // The receiver is running from here on; the sender's own state is recorded by the
+    // receiver (`arrive`), which alone learns where it stopped.
+    target.state.set(State::Running);
+    CURRENT.set(ptr::from_ref(target).map_addr(|addr| addr | slow));
+    let (delivery, tag) = Delivery::new(current, payload);
+    let delivery = Message::new(delivery);
     // SAFETY: `to` is the saved context of a suspended or unstarted greenlet, which is
     // replaced by the receiver (`arrive`) before anything could switch to it again. The
     // receiver takes `delivery` before we can be resumed.
-    let transfer = unsafe { arch::switch(to, delivery.word()) };
+    let transfer = unsafe { arch::switch(to, delivery.word() | tag) };
     // SAFETY: whoever switched here sent a Delivery<T>: they checked our `expects`.
     unsafe { arrive::<T>(transfer) }
 }
@@ -629,26 +752,23 @@ fn deliver_here<T>(payload: Payload<T>) -> T {
 }
 
 /// Panics (in the sender) if `target`'s pending switch takes another message type than `T`.
-#[inline]
+#[inline(always)]
 fn check_expects<T: 'static>(target: &Record) {
-    let expected = target.expects.get();
-    if expected.id != TypeId::of::<T>() {
-        type_mismatch::<T>(target, expected);
+    if target.expects.get().id != TypeId::of::<T>() {
+        type_mismatch::<T>(target);
     }
 }
 
 #[cold]
 #[inline(never)]
-fn type_mismatch<T>(target: &Record, expected: Expected) -> ! {
-    {
-        panic!(
-            "greenweave: switched a `{}` to greenlet {}, which is waiting for a `{}`; greenlets \
-             that switch to each other must exchange one message type",
-            type_name::<T>(),
-            target.id.0,
-            (expected.name)()
-        );
-    }
+fn type_mismatch<T>(target: &Record) -> ! {
+    panic!(
+        "greenweave: switched a `{}` to greenlet {}, which is waiting for a `{}`; greenlets \
+         that switch to each other must exchange one message type",
+        type_name::<T>(),
+        target.id.0,
+        (target.expects.get().name)()
+    );
 }
 
 #[inline]
@@ -664,51 +784,129 @@ fn call_trace_hook(hook: TraceHook, event: Event, origin: &Record, target: &Reco
     hook(event, origin.id, target.id);
 }
 
-/// Runs in the greenlet that was just switched to: records where the sender stopped, becomes
-/// `CURRENT`, and returns the value (or raises the panic) that came with the switch.
+/// Runs in the greenlet that was just switched to (which the sender already made `CURRENT`
+/// and `Running`): records where the sender stopped, and returns the value (or raises the
+/// panic) that came with the switch.
 ///
 /// # Safety
-/// `transfer` must be the result of a switch made by `transfer` or a finishing greenlet, with a
-/// `Delivery<T>`.
+/// `transfer` must be the result of a switch made by `switch_to` or a finishing greenlet,
+/// with a `Delivery<T>`.
 #[inline(always)]
 unsafe fn arrive<T>(transfer: Transfer) -> T {
-    let delivery = (transfer.data & !FINISHED_TAG) as *const Delivery<T>;
+    if transfer.data & (FINISHED_TAG | PANIC_TAG) != 0 {
+        // SAFETY: forwarded.
+        return unsafe { arrive_tagged::<T>(transfer) };
+    }
+    // A value from a sender suspended in `switch_to`.
+    let delivery = transfer.data as *const Delivery<T>;
+    // SAFETY: per the contract the word addresses a Delivery<T> whose sender is suspended and
+    // never reads it again; untagged, so the value is there (a T: the sender checked our
+    // `expects`). Taken once, before the sender can be killed below.
+    let (from, value) = unsafe {
+        (
+            (*delivery).header.from,
+            ptr::read(&raw const (*delivery).value).assume_init(),
+        )
+    };
+    // SAFETY: the sender is suspended in `switch_to`, at `transfer.from`.
+    unsafe { sender_suspended(from, transfer.from) };
+    value
+}
+
+/// [`arrive`] with a panic, or with a finished greenlet's last message.
+///
+/// # Safety
+/// As for [`arrive`], and the word carries `FINISHED_TAG` or `PANIC_TAG`.
+#[cold]
+#[inline(never)]
+unsafe fn arrive_tagged<T>(transfer: Transfer) -> T {
+    let delivery = (transfer.data & !(FINISHED_TAG | PANIC_TAG)) as *const Delivery<T>;
     // SAFETY: per the contract the word addresses a Delivery of some message type, whose
     // sender is suspended or finished and never reads it again; the header is at offset 0
-    // whatever that type is, and is taken once.
-    let Header { from, to, panic } = unsafe { ptr::read(delivery.cast::<Header>()) };
+    // whatever that type is, its panic slot is initialised (the word is tagged), and it is
+    // taken once.
+    let Header { from, panic } = unsafe { ptr::read(delivery.cast::<Header>()) };
+    // SAFETY: as above.
+    let panic = unsafe { panic.assume_init() };
     // Take the value now: the delivery may live on a finished sender's stack, which is
-    // recycled (possibly unmapped) below.
+    // recycled (possibly unmapped) below, and a suspended sender may be killed below.
     let payload = match panic {
         Some(payload) => Payload::Panic(payload),
         // SAFETY: no panic, so the sender put a value there, and a value is only sent to a
         // switch whose expected type the sender checked against its own: it is a T. Once.
         None => Payload::Value(unsafe { ptr::read(&raw const (*delivery).value).assume_init() }),
     };
-    // SAFETY: the sender's record is alive: CURRENT holds it until the replace below.
-    let sender = unsafe { &*from };
-    if let State::Dead = sender.state.get() {
-        recycle_stack_of_finished(sender);
+    if transfer.data & FINISHED_TAG != 0 {
+        // SAFETY: a finished sender's last message: it is dead, and its self count, which
+        // keeps it alive, is ours to give up.
+        unsafe { release_finished(from) };
     } else {
-        sender.state.set(State::Suspended(transfer.from));
+        // SAFETY: the sender is suspended in `switch_to`, at `transfer.from`.
+        unsafe { sender_suspended(from, transfer.from) };
     }
-    // SAFETY: the delivery owns a count of `to`, which passes to CURRENT here.
-    unsafe { (*to).state.set(State::Running) };
-    let previous = CURRENT.replace(to);
-    // SAFETY: CURRENT owned a count of `previous` (the sender), which is given up here.
-    release(Some(unsafe { Rc::from_raw(previous) }));
     match payload {
         Payload::Value(value) => value,
         Payload::Panic(payload) => panic::resume_unwind(payload),
     }
 }
 
-/// The sender finished and we have its last message, so its stack is free.
+/// Records that `sender` is suspended at `sp`, and kills it if nothing but its self count
+/// refers to it (nothing could ever switch to it again).
+///
+/// # Safety
+/// `sender` is a greenlet that has just switched away from `switch_to`, stopping at `sp`.
+#[inline(always)]
+unsafe fn sender_suspended(sender: *const Record, sp: StackPointer) {
+    // SAFETY: per the contract it is suspended, so alive by its self count.
+    unsafe { (*sender).state.set(State::Suspended(sp)) };
+    // SAFETY: as above; a live record made by Rc::new.
+    if unsafe { strong_count(sender) } == 1 {
+        // SAFETY: as above.
+        unsafe { kill_unreferenced(sender) };
+    }
+}
+
+/// The strong count of a record.
+///
+/// # Safety
+/// `record` addresses a live record (all are made by `Rc::new`).
+#[inline(always)]
+unsafe fn strong_count(record: *const Record) -> usize {
+    // SAFETY: per the contract; ManuallyDrop keeps the count as it is.
+    let record = ManuallyDrop::new(unsafe { Rc::from_raw(record) });
+    Rc::strong_count(&record)
+}
+
+/// The sender finished and we have its last message: its stack is free, and its self count
+/// is given up (which may drop the record).
+///
+/// # Safety
+/// `sender` is a dead greenlet whose last message has just been taken, and its self count is
+/// given up exactly once, here.
 #[cold]
-fn recycle_stack_of_finished(sender: &Record) {
+#[inline(never)]
+unsafe fn release_finished(sender: *const Record) {
+    // SAFETY: per the contract, the self count makes this Rc.
+    let sender = unsafe { Rc::from_raw(sender) };
     if let Some(stack) = sender.stack.take() {
         pool::recycle(stack);
     }
+    release(Some(sender));
+}
+
+/// Kills a suspended greenlet that only its self count refers to (see [`kill`]).
+///
+/// # Safety
+/// `record` addresses a live record.
+#[cold]
+#[inline(never)]
+unsafe fn kill_unreferenced(record: *const Record) {
+    // SAFETY: live, so the increment gives the new Rc its own count.
+    let record = unsafe {
+        Rc::increment_strong_count(record);
+        Rc::from_raw(record)
+    };
+    kill_now(&record);
 }
 
 /// Drops a reference to a record, killing the greenlet first if this was the last reference
@@ -720,14 +918,16 @@ fn release(record: Option<Rc<Record>>) {
     }
 }
 
+/// Kills the greenlet if `record`, about to be dropped, is its last reference besides the
+/// self count (unstarted greenlets have none; running and dead ones are never killed).
 #[inline]
 fn kill_if_last(record: &Rc<Record>) {
-    if Rc::strong_count(record) == 1
-        && matches!(
-            record.state.get(),
-            State::Unstarted(_) | State::Suspended(_)
-        )
-    {
+    let last = match record.state.get() {
+        State::Unstarted(_) => 1,
+        State::Suspended(_) => 2,
+        State::Running | State::Dead => return,
+    };
+    if Rc::strong_count(record) == last {
         kill_now(record);
     }
 }
@@ -739,10 +939,11 @@ fn kill_now(record: &Rc<Record>) {
 }
 
 /// Kills `record` by throwing [`GreenletExit`] into it with the current greenlet as its
-/// parent, so its result comes back here (and is dropped).
+/// parent, so its result comes back here (and is dropped). `record` is about to be dropped by
+/// the caller.
 fn kill<T: FromGreenletExit + 'static>(record: &Rc<Record>) {
     // During thread teardown CURRENT is gone: then the greenlet is leaked, not killed.
-    if CURRENT.get().is_null() {
+    if current_or_null().is_null() {
         return;
     }
     let previous = record.parent.replace(Some(current_record()));
@@ -755,6 +956,14 @@ fn kill<T: FromGreenletExit + 'static>(record: &Rc<Record>) {
         // It refused to die (caught GreenletExit and switched back): as Python does, it gets
         // its old parent back.
         release(record.parent.replace(previous));
+        if matches!(record.state.get(), State::Suspended(_)) && Rc::strong_count(record) == 2 {
+            // Nothing refers to it but its self count and `record`, which our caller is about
+            // to drop: give up the self count so the record goes with it (its stack, with
+            // live frames, is leaked by `Record::drop`).
+            // SAFETY: a started greenlet that has not finished owns one count of itself,
+            // given up once: here, since it will never run or finish again.
+            unsafe { Rc::decrement_strong_count(Rc::as_ptr(record)) };
+        }
     }
     if let Err(payload) = outcome
         && !std::thread::panicking()
@@ -772,9 +981,16 @@ where
     T: FromGreenletExit + 'static,
     F: FnOnce(T) -> T,
 {
+    // Take the self count, given up by whoever receives this greenlet's last message.
+    // SAFETY: the sender made this greenlet CURRENT; it is alive because the sender holds a
+    // reference to it (the handle of the `switch` or `throw` that got here, or the redirected
+    // or killed record) or, if the sender is finishing, is its nearest live ancestor, which the
+    // sender's record (alive by its self count until we take its message) reaches through
+    // parent links.
+    unsafe { Rc::increment_strong_count(current_or_null()) };
     let mut run_taken = false;
     let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: the first switch into a greenlet comes from `transfer::<T>`, which checked
+        // SAFETY: the first switch into a greenlet comes from `switch_to::<T>`, which checked
         // that a Value is a T (a Panic kills it here, before `run` is called).
         let first = unsafe { arrive::<T>(transfer) };
         run_taken = true;
@@ -828,9 +1044,14 @@ where
             unreachable!("a live parent of the running greenlet is not running")
         }
     };
+    // The parent runs from here on (nothing else runs before the switch); this greenlet's self
+    // count keeps its record (and through it the parent) alive until the parent takes the
+    // message.
+    parent.state.set(State::Running);
+    set_current(Rc::as_ptr(&parent));
     Exit {
         to,
-        message: Delivery::new(Rc::as_ptr(&me), Rc::into_raw(parent), payload),
+        message: Delivery::last(Rc::as_ptr(&me), payload),
         leave: Leave::ToPeer,
     }
 }

@@ -907,6 +907,100 @@ fn the_parent_is_restored_after_a_refused_kill() {
     );
 }
 
+/// A suspended greenlet with one frame to unwind, which switches to main whenever resumed.
+fn suspended_with_a_frame(count: &Rc<Cell<usize>>) -> Greenlet<()> {
+    let (count, main) = (count.clone(), current::<()>());
+    let g = Greenlet::new(move |()| {
+        let _frame = Tally::new(&count);
+        loop {
+            main.switch(());
+        }
+    });
+    g.switch(());
+    g
+}
+
+#[test]
+fn a_greenlet_that_refuses_the_kill_on_its_last_drop_is_freed_and_releases_its_parent() {
+    let count = Rc::new(Cell::new(0));
+    let grandparent = suspended_with_a_frame(&count);
+    let main = current::<()>();
+    let g = Greenlet::with_parent(&grandparent, move |()| {
+        loop {
+            if catch_unwind(AssertUnwindSafe(|| main.switch(()))).is_err() {
+                main.switch(()); // refuse
+            }
+        }
+    });
+    g.switch(());
+    drop(grandparent);
+    assert_eq!(count.get(), 0, "still the parent of a suspended greenlet");
+    drop(g);
+    assert_eq!(
+        count.get(),
+        1,
+        "the refusing greenlet is gone (its stack leaked), and with it the last reference to its \
+         parent, which was killed"
+    );
+}
+
+#[test]
+fn a_greenlet_that_refuses_the_kill_as_it_switches_away_unheld_is_freed_and_releases_its_parent() {
+    let count = Rc::new(Cell::new(0));
+    let refusals = Rc::new(Cell::new(0));
+    let grandparent = suspended_with_a_frame(&count);
+    let child_slot: Rc<RefCell<Option<Greenlet<()>>>> = Rc::new(RefCell::new(None));
+    let (inner_slot, inner_refusals, main) =
+        (child_slot.clone(), refusals.clone(), current::<()>());
+    let parent = Greenlet::with_parent(&grandparent, move |()| {
+        // Started by its child's result. Re-parent the child: from now on, only being the
+        // running greenlet keeps this one alive.
+        let child = inner_slot.borrow_mut().take().unwrap();
+        child.set_parent(&main).unwrap();
+        drop(child);
+        loop {
+            if catch_unwind(AssertUnwindSafe(|| main.switch(()))).is_err() {
+                inner_refusals.set(inner_refusals.get() + 1);
+                main.switch(()); // refuse
+            }
+        }
+    });
+    let child = Greenlet::with_parent(&parent, |()| ());
+    *child_slot.borrow_mut() = Some(child.clone());
+    drop(parent);
+    drop(grandparent);
+    child.switch(());
+    assert_eq!(refusals.get(), 1, "killed as it switched away, and refused");
+    assert_eq!(
+        count.get(),
+        1,
+        "the refusing greenlet is gone, and with it the last reference to its parent"
+    );
+}
+
+#[test]
+fn a_greenlet_that_keeps_a_handle_to_itself_while_refusing_the_kill_dies_when_that_handle_goes() {
+    let count = Rc::new(Cell::new(0));
+    let stash: Rc<RefCell<Option<Greenlet<()>>>> = Rc::new(RefCell::new(None));
+    let (inner, inner_stash, main) = (count.clone(), stash.clone(), current::<()>());
+    let g = Greenlet::new(move |()| {
+        let _frame = Tally::new(&inner);
+        if catch_unwind(AssertUnwindSafe(|| main.switch(()))).is_err() {
+            *inner_stash.borrow_mut() = Some(current());
+            main.switch(()); // refuse, but stay reachable
+        }
+        main.switch(());
+        unreachable!("the second kill unwinds out of the switch above");
+    });
+    g.switch(());
+    drop(g);
+    assert_eq!(count.get(), 0, "refused");
+    let again = stash.borrow_mut().take().unwrap();
+    assert!(again.is_active());
+    drop(again);
+    assert_eq!(count.get(), 1, "killed by the drop of its last handle");
+}
+
 // ---------------------------------------------------------------------------------------------
 // State and identity
 // ---------------------------------------------------------------------------------------------
@@ -1150,6 +1244,43 @@ fn the_trace_hook_is_per_thread() {
         g.switch(());
         assert!(TRACED.with(|traced| traced.borrow().is_empty()));
         assert!(greenlet::set_trace(None).is_none());
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn a_hook_installed_or_removed_inside_a_greenlet_applies_from_the_next_switch() {
+    TRACED.with(|traced| traced.borrow_mut().clear());
+    let g = Greenlet::new(|()| {
+        greenlet::set_trace(Some(record));
+        switch_to_parent(());
+        greenlet::set_trace(None);
+        switch_to_parent(());
+    });
+    let (main, child) = (current::<()>().id(), g.id());
+    g.switch(());
+    g.switch(());
+    g.switch(());
+    assert_eq!(
+        TRACED.with(|traced| traced.take()),
+        [(Event::Switch, child, main), (Event::Switch, main, child)]
+    );
+    assert!(g.is_dead());
+}
+
+#[test]
+fn a_hook_installed_before_a_thread_first_uses_greenlets_sees_its_first_switch() {
+    thread::spawn(|| {
+        greenlet::set_trace(Some(record));
+        let g = Greenlet::new(|()| ());
+        g.switch(());
+        greenlet::set_trace(None);
+        let main = current::<()>().id();
+        assert_eq!(
+            TRACED.with(|traced| traced.take()),
+            [(Event::Switch, main, g.id()), (Event::Switch, g.id(), main)]
+        );
     })
     .join()
     .unwrap();
