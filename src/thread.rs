@@ -124,8 +124,8 @@ impl Builder {
             };
             let packet: Rc<Packet<T>> = Rc::new(RefCell::new(None));
             let slot = packet.clone();
-            let body = move || {
-                let result = if scheduler::take_cancellation_before_start() {
+            let body = move |task: &Task| {
+                let result = if scheduler::take_cancellation_before_start(task) {
                     // Cancelled before it ever ran: the closure is dropped unrun.
                     drop(f);
                     Err(JoinError::Cancelled)
@@ -135,7 +135,8 @@ impl Builder {
                 };
                 *slot.borrow_mut() = Some(result);
             };
-            let task = scheduler.spawn_task(self.name.map(String::into_boxed_str), stack, body);
+            let name = self.name.map(String::into_boxed_str);
+            let task = scheduler.spawn_task(name, stack, body);
             Ok(JoinHandle { task, packet })
         })
     }
@@ -237,11 +238,11 @@ impl<T> JoinHandle<T> {
             if let Some(result) = self.packet.borrow_mut().take() {
                 return result;
             }
-            let me = with_scheduler("JoinHandle::join", |scheduler| scheduler.current_task());
-            if Rc::ptr_eq(&me, &self.task) {
+            if with_scheduler("JoinHandle::join", |scheduler| {
+                scheduler.is_current(&self.task)
+            }) {
                 panic!("greenweave: a green thread cannot join itself (it would wait forever)");
             }
-            drop(me);
             scheduler::park(
                 "JoinHandle::join",
                 Wait::Join(self.task.id),

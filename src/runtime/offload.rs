@@ -12,7 +12,7 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use super::scheduler::{self, RemoteQueue, with_scheduler};
-use super::task::Wait;
+use super::task::{TaskKey, Wait};
 
 /// Runs `call` on a new scoped OS thread and parks the calling green thread until it returns.
 /// `what` names the call in the deadlock report and in the outside-a-runtime panic.
@@ -20,13 +20,13 @@ use super::task::Wait;
 /// If the green thread is cancelled while it waits, it unwinds once the call has returned
 /// (an OS thread cannot be interrupted).
 pub(crate) fn on_os_thread<R: Send>(what: &'static str, call: impl FnOnce() -> R + Send) -> R {
-    let (remote, task_id) = remote_and_task(what);
+    let (remote, task) = remote_and_task(what);
     let finished = AtomicBool::new(false);
     std::thread::scope(|scope| {
         let helper = scope.spawn(|| {
             let result = panic::catch_unwind(AssertUnwindSafe(call));
             finished.store(true, Ordering::Release);
-            remote.wake(task_id);
+            remote.wake(task);
             result
         });
         wait_for(what, || finished.load(Ordering::Acquire));
@@ -65,7 +65,7 @@ pub(crate) fn on_os_thread<R: Send>(what: &'static str, call: impl FnOnce() -> R
 /// });
 /// ```
 pub fn unblock<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (remote, task_id) = remote_and_task("greenweave::unblock");
+    let (remote, task) = remote_and_task("greenweave::unblock");
     let slot: Arc<Mutex<Option<std::thread::Result<T>>>> = Arc::new(Mutex::new(None));
     let filled = slot.clone();
     BlockingPool::global().submit(Box::new(move || {
@@ -73,7 +73,7 @@ pub fn unblock<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
         *filled
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(result);
-        remote.wake(task_id);
+        remote.wake(task);
     }));
     let take = || {
         slot.lock()
@@ -91,9 +91,9 @@ pub fn unblock<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
     }
 }
 
-fn remote_and_task(what: &str) -> (Arc<RemoteQueue>, u64) {
+fn remote_and_task(what: &str) -> (Arc<RemoteQueue>, TaskKey) {
     with_scheduler(what, |scheduler| {
-        (scheduler.remote.clone(), scheduler.current_task().id)
+        (scheduler.remote.clone(), scheduler.current_task_key())
     })
 }
 

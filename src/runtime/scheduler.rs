@@ -11,8 +11,7 @@
 //! from outside is [`RemoteQueue`], an eventfd plus a locked list of wake-ups.
 
 use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
-use std::hash::BuildHasherDefault;
+use std::collections::VecDeque;
 use std::io;
 use std::mem::ManuallyDrop;
 use std::panic::{self, AssertUnwindSafe};
@@ -26,7 +25,7 @@ use crate::stack::Stack;
 use crate::sys::eventfd::EventFd;
 
 use super::reactor::{Reactor, ScheduledIo};
-use super::task::{ParkRequest, Task, TaskCoroutine, TaskState, Wait, Wake};
+use super::task::{ParkRequest, Task, TaskCoroutine, TaskKey, TaskState, Wait, Wake};
 
 /// How many green threads run between two non-blocking polls of epoll when the ready queue
 /// never empties, so a green thread looping on `yield_now` cannot starve I/O.
@@ -51,19 +50,19 @@ pub(crate) struct Cancelled;
 /// two parks of the same wait is never lost, and one that arrives late is harmless.
 pub(crate) struct RemoteQueue {
     eventfd: EventFd,
-    woken: Mutex<Vec<u64>>,
+    woken: Mutex<Vec<TaskKey>>,
     /// Live `Send` handles (remote senders) through which a wake-up may still come; while
     /// non-zero the deadlock detector cannot rule one out.
     pub(crate) handles: AtomicUsize,
 }
 
 impl RemoteQueue {
-    /// Makes green thread `task_id` runnable if it is parked. Callable from any thread.
-    pub(crate) fn wake(&self, task_id: u64) {
+    /// Makes green thread `task` runnable if it is parked. Callable from any thread.
+    pub(crate) fn wake(&self, task: TaskKey) {
         self.woken
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(task_id);
+            .push(task);
         self.eventfd.notify();
     }
 }
@@ -77,34 +76,89 @@ pub(crate) struct Scheduler {
     /// The running task, or null while the scheduler itself runs. Not a counted reference:
     /// `run_task` holds one for exactly as long as this is set.
     current: Cell<*const Task>,
-    /// Every task not yet finished, by id.
-    tasks: RefCell<HashMap<u64, Rc<Task>, BuildHasherDefault<IdHasher>>>,
+    /// Every task not yet finished.
+    tasks: RefCell<TaskTable>,
     timers: RefCell<super::timer::Timers>,
     next_id: Cell<u64>,
     runs_since_poll: Cell<u32>,
     pub(crate) default_stack_size: usize,
 }
 
-/// Hashes task ids for the task table. Ids are handed out in sequence by this scheduler, never
-/// chosen by anyone else, so there is nothing to defend against and SipHash's cost (a third of
-/// a spawn+join, measured) buys nothing; a multiply by an odd constant spreads sequential ids
-/// over the table's buckets.
+/// Every unfinished task, in a slab: a task's `slot` is its index, and freed slots are reused
+/// last-freed first, so a spawn+join loop keeps using one warm slot and no id is hashed.
+///
+/// Invariant kept for [`Scheduler::spawn_task`]'s bodies: a task in the table still owns its
+/// coroutine, and the table never drops a task whose coroutine is still inside it (`Drop` takes
+/// each coroutine out first), so a body never runs inside its own task's destructor.
 #[derive(Default)]
-struct IdHasher(u64);
+struct TaskTable {
+    slots: Vec<Option<Rc<Task>>>,
+    free: Vec<usize>,
+    len: usize,
+}
 
-impl std::hash::Hasher for IdHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+impl TaskTable {
+    /// The slot the next `insert` will use.
+    fn next_slot(&self) -> usize {
+        self.free.last().copied().unwrap_or(self.slots.len())
+    }
+
+    fn insert(&mut self, task: Rc<Task>) {
+        let slot = task.slot;
+        debug_assert_eq!(slot, self.next_slot());
+        if self.free.pop().is_none() {
+            self.slots.push(None);
         }
+        self.slots[slot] = Some(task);
+        self.len += 1;
     }
 
-    fn write_u64(&mut self, id: u64) {
-        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    fn remove(&mut self, slot: usize) -> Option<Rc<Task>> {
+        let task = self.slots.get_mut(slot)?.take()?;
+        self.free.push(slot);
+        self.len -= 1;
+        Some(task)
     }
 
-    fn finish(&self) -> u64 {
-        self.0
+    /// The task `key` names, if it is still unfinished.
+    fn get(&self, key: TaskKey) -> Option<&Rc<Task>> {
+        self.slots
+            .get(key.slot)?
+            .as_ref()
+            .filter(|task| task.id == key.id)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Rc<Task>> {
+        self.slots.iter().flatten()
+    }
+
+    fn drain(&mut self) -> Vec<Rc<Task>> {
+        self.free.clear();
+        self.len = 0;
+        std::mem::take(&mut self.slots)
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+}
+
+impl Drop for TaskTable {
+    fn drop(&mut self) {
+        // Normally empty (shutdown drains it); if shutdown itself was cut short by a panic,
+        // end the coroutines while their tasks are still whole, leaking them when unwinding
+        // them now would be a panic while panicking.
+        for task in self.slots.iter().flatten() {
+            let coroutine = task.coroutine.borrow_mut().take();
+            if std::thread::panicking() {
+                std::mem::forget(coroutine);
+            } else {
+                drop(coroutine);
+            }
+        }
     }
 }
 
@@ -182,7 +236,7 @@ impl Scheduler {
             remote_pending: Cell::new(0),
             ready: RefCell::new(VecDeque::new()),
             current: Cell::new(std::ptr::null()),
-            tasks: RefCell::new(HashMap::default()),
+            tasks: RefCell::new(TaskTable::default()),
             timers: RefCell::new(super::timer::Timers::default()),
             next_id: Cell::new(1),
             runs_since_poll: Cell::new(0),
@@ -203,23 +257,30 @@ impl Scheduler {
         EnterGuard
     }
 
-    /// Creates a task running `body` on `stack` and queues it.
+    /// Creates a task running `body` on `stack` and queues it. The body is handed its own
+    /// task (for its cancellation flag).
     pub(crate) fn spawn_task(
         &self,
         name: Option<Box<str>>,
         stack: Stack,
-        body: impl FnOnce() + 'static,
+        body: impl FnOnce(&Task) + 'static,
     ) -> Rc<Task> {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
+        let slot = self.tasks.borrow().next_slot();
+        let task = Rc::new(Task::new(id, slot, name));
+        let this: *const Task = Rc::as_ptr(&task);
         let coroutine = TaskCoroutine::with_stack(stack, move |yielder, _first_wake| {
-            with_scheduler("a green thread", |scheduler| {
-                scheduler.current_task().yielder.set(yielder);
-            });
-            body();
+            // SAFETY: the coroutine lives in this task and runs only while the task is alive:
+            // `run_task` holds an Rc while it resumes it, and everything that drops it
+            // (`finish`, `shutdown`, `TaskTable`'s destructor) takes it out of a task that is
+            // still held. Every field reached through it is a Cell or RefCell.
+            let this = unsafe { &*this };
+            this.yielder.set(yielder);
+            body(this);
         });
-        let task = Rc::new(Task::new(id, name, coroutine));
-        self.tasks.borrow_mut().insert(id, task.clone());
+        *task.coroutine.borrow_mut() = Some(coroutine);
+        self.tasks.borrow_mut().insert(task.clone());
         self.ready.borrow_mut().push_back(task.clone());
         task
     }
@@ -233,6 +294,17 @@ impl Scheduler {
             Rc::increment_strong_count(task);
             Rc::from_raw(task)
         }
+    }
+
+    /// Whether `task` is the running task.
+    pub(crate) fn is_current(&self, task: &Task) -> bool {
+        std::ptr::eq(self.current_task_ref(), task)
+    }
+
+    /// The running task's key, without counting a reference.
+    pub(crate) fn current_task_key(&self) -> TaskKey {
+        // SAFETY: see `current_task_ref`; the reference does not outlive this call.
+        unsafe { (*self.current_task_ref()).key() }
     }
 
     /// The running task, without counting a reference: valid until it next parks (it stays
@@ -364,7 +436,7 @@ impl Scheduler {
         // Dropping the finished coroutine returns its stack to the pool now, not when the last
         // JoinHandle goes.
         drop(task.coroutine.borrow_mut().take());
-        self.tasks.borrow_mut().remove(&task.id);
+        self.tasks.borrow_mut().remove(task.slot);
         if let Some((joiner, park)) = task.joiner.borrow_mut().take() {
             self.unpark(joiner, park, Wake::Notified);
         }
@@ -401,8 +473,8 @@ impl Scheduler {
                     .lock()
                     .unwrap_or_else(|poisoned| poisoned.into_inner()),
             );
-            for task_id in woken {
-                let task = self.tasks.borrow().get(&task_id).cloned();
+            for key in woken {
+                let task = self.tasks.borrow().get(key).cloned();
                 if let Some(task) = task {
                     let park = task.park_number.get();
                     self.unpark(task, park, Wake::Notified);
@@ -423,7 +495,7 @@ impl Scheduler {
             || self
                 .tasks
                 .borrow()
-                .values()
+                .iter()
                 .any(|task| match task.waiting.get() {
                     Some((wait, has_deadline)) => wait.can_end_by_itself(has_deadline),
                     None => task.state.get() != TaskState::Parked,
@@ -431,7 +503,7 @@ impl Scheduler {
     }
 
     fn deadlock_report(&self) -> String {
-        let mut tasks: Vec<Rc<Task>> = self.tasks.borrow().values().cloned().collect();
+        let mut tasks: Vec<Rc<Task>> = self.tasks.borrow().iter().cloned().collect();
         tasks.sort_by_key(|task| task.id);
         let mut report = String::from(
             "greenweave: deadlock: every green thread is parked and nothing can wake any of \
@@ -454,7 +526,7 @@ impl Scheduler {
     /// dropped, which force-unwinds its stack.
     fn shutdown(&self) {
         for _ in 0..3 {
-            let tasks: Vec<Rc<Task>> = self.tasks.borrow().values().cloned().collect();
+            let tasks: Vec<Rc<Task>> = self.tasks.borrow().iter().cloned().collect();
             if tasks.is_empty() {
                 break;
             }
@@ -469,12 +541,7 @@ impl Scheduler {
             }
         }
         self.timers.borrow_mut().clear();
-        let leftovers: Vec<Rc<Task>> = self
-            .tasks
-            .borrow_mut()
-            .drain()
-            .map(|(_, task)| task)
-            .collect();
+        let leftovers = self.tasks.borrow_mut().drain();
         for task in leftovers {
             let coroutine = task.coroutine.borrow_mut().take();
             if std::thread::panicking() {
@@ -499,11 +566,11 @@ pub(crate) fn run_main<T: 'static>(
     let scheduler = Scheduler::new(default_stack_size)
         .unwrap_or_else(|error| panic!("greenweave: could not start a runtime: {error}"));
     let _entered = scheduler.enter();
-    let outcome: Rc<RefCell<Option<std::thread::Result<T>>>> = Rc::new(RefCell::new(None));
-    let slot = outcome.clone();
     let stack = Stack::new(default_stack_size)
         .unwrap_or_else(|error| panic!("greenweave: could not start a runtime: {error}"));
-    let main_task = scheduler.spawn_task(Some("main".into()), stack, move || {
+    let outcome: Rc<RefCell<Option<std::thread::Result<T>>>> = Rc::new(RefCell::new(None));
+    let slot = outcome.clone();
+    let main_task = scheduler.spawn_task(Some("main".into()), stack, move |_| {
         *slot.borrow_mut() = Some(panic::catch_unwind(AssertUnwindSafe(main)));
     });
     let finished = || main_task.state.get() == TaskState::Finished;
@@ -620,8 +687,6 @@ fn deliver_pending_cancellation(task: &Task) {
 
 /// Whether a green thread about to start should not run its body because it was cancelled
 /// first; consumes the cancellation.
-pub(crate) fn take_cancellation_before_start() -> bool {
-    with_scheduler("a green thread", |scheduler| {
-        scheduler.current_task().cancel_requested.replace(false)
-    })
+pub(crate) fn take_cancellation_before_start(task: &Task) -> bool {
+    task.cancel_requested.replace(false)
 }

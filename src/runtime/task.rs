@@ -1,7 +1,7 @@
 //! A green thread as the scheduler sees it: a coroutine plus the state of its current park.
 //!
-//! Owns: `Task` (id, name, coroutine, park bookkeeping, cancellation flag, joiner) and the
-//! vocabulary of parking: why a task waits ([`Wait`]), what it asks the scheduler to arm once
+//! Owns: `Task` (id, table slot, name, coroutine, park bookkeeping, cancellation flag, joiner)
+//! and the vocabulary of parking: why a task waits ([`Wait`]), what it asks the scheduler to arm once
 //! its switch out completes ([`ParkRequest`]), and why it was woken ([`Wake`]).
 //!
 //! May not: run the scheduler loop or touch the reactor; that is `scheduler`.
@@ -92,8 +92,18 @@ pub(crate) enum TaskState {
 /// nothing (its park request is in the task).
 pub(crate) type TaskCoroutine = Coroutine<Wake, (), ()>;
 
+/// How code outside the scheduler's loop (another OS thread, a remote channel) names a green
+/// thread: its slot in the scheduler's task table, and its id, which tells a reused slot apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TaskKey {
+    pub(crate) slot: usize,
+    pub(crate) id: u64,
+}
+
 pub(crate) struct Task {
     pub(crate) id: u64,
+    /// Index in the scheduler's task table while the task is unfinished.
+    pub(crate) slot: usize,
     pub(crate) name: Option<Box<str>>,
     /// `None` once finished (the stack is recycled at once).
     pub(crate) coroutine: RefCell<Option<TaskCoroutine>>,
@@ -116,11 +126,14 @@ pub(crate) struct Task {
 }
 
 impl Task {
-    pub(crate) fn new(id: u64, name: Option<Box<str>>, coroutine: TaskCoroutine) -> Task {
+    /// A task with no coroutine yet (the scheduler launches it once the task has an address
+    /// its body can refer to).
+    pub(crate) fn new(id: u64, slot: usize, name: Option<Box<str>>) -> Task {
         Task {
             id,
+            slot,
             name,
-            coroutine: RefCell::new(Some(coroutine)),
+            coroutine: RefCell::new(None),
             yielder: Cell::new(std::ptr::null()),
             state: Cell::new(TaskState::Runnable),
             park_number: Cell::new(0),
@@ -130,6 +143,14 @@ impl Task {
             cancel_requested: Cell::new(false),
             scope_deadline: Cell::new(None),
             joiner: RefCell::new(None),
+        }
+    }
+
+    /// The key that names this task from outside the scheduler's loop.
+    pub(crate) fn key(&self) -> TaskKey {
+        TaskKey {
+            slot: self.slot,
+            id: self.id,
         }
     }
 

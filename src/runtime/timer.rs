@@ -119,12 +119,12 @@ impl Timers {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::task::{TaskCoroutine, TaskState};
+    use crate::runtime::task::TaskState;
     use std::time::Duration;
 
     /// A task parked in park number `park`.
     fn parked_task(park: u64) -> Rc<Task> {
-        let task = Rc::new(Task::new(1, None, TaskCoroutine::new(|_, _| ())));
+        let task: Rc<Task> = Rc::new(Task::new(1, 0, None));
         task.state.set(TaskState::Parked);
         task.park_number.set(park);
         task

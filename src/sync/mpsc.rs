@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 pub use std::sync::mpsc::{RecvError, RecvTimeoutError, SendError, TryRecvError, TrySendError};
 
 use crate::runtime::scheduler::{self, RemoteQueue, with_scheduler};
-use crate::runtime::task::{Task, Wait, Wake};
+use crate::runtime::task::{Task, TaskKey, Wait, Wake};
 
 use super::wait_queue::WaitQueue;
 
@@ -121,8 +121,8 @@ struct InboxState<T> {
     messages: VecDeque<T>,
     senders: usize,
     receiver_alive: bool,
-    /// Task ids of green threads parked (or about to park) in a receive.
-    waiting: Vec<u64>,
+    /// Green threads parked (or about to park) in a receive.
+    waiting: Vec<TaskKey>,
 }
 
 impl<T> Inbox<T> {
@@ -375,8 +375,8 @@ impl<T> RemoteSender<T> {
             state.messages.push_back(message);
             std::mem::take(&mut state.waiting)
         };
-        for task_id in waiting {
-            self.inbox.remote.wake(task_id);
+        for task in waiting {
+            self.inbox.remote.wake(task);
         }
         Ok(())
     }
@@ -400,9 +400,9 @@ impl<T> Drop for RemoteSender<T> {
             }
         };
         self.inbox.remote.handles.fetch_sub(1, Ordering::AcqRel);
-        for task_id in waiting {
+        for task in waiting {
             // Receivers may be waiting for a message that can now never come.
-            self.inbox.remote.wake(task_id);
+            self.inbox.remote.wake(task);
         }
     }
 }
@@ -478,18 +478,18 @@ impl<T> Receiver<T> {
                         .push_back((task.clone(), park));
                     if let Some(inbox) = &*self.shared.inbox.borrow() {
                         let mut state = inbox.lock();
-                        state.waiting.push(task.id);
+                        state.waiting.push(task.key());
                         if !state.messages.is_empty() || state.senders == 0 {
                             // Something arrived since we looked: make sure we wake.
                             drop(state);
-                            inbox.remote.wake(task.id);
+                            inbox.remote.wake(task.key());
                         }
                     }
                 },
             );
             if let Some(inbox) = &*self.shared.inbox.borrow() {
-                let me = with_scheduler("Receiver::recv", |scheduler| scheduler.current_task().id);
-                inbox.lock().waiting.retain(|&id| id != me);
+                let me = with_scheduler("Receiver::recv", |scheduler| scheduler.current_task_key());
+                inbox.lock().waiting.retain(|&key| key != me);
             }
             if wake == Wake::TimedOut && self.shared.queue.borrow().is_empty() {
                 if let Some(message) = self.take() {
