@@ -170,6 +170,7 @@ impl<I, Y, R> Coroutine<I, Y, R> {
     /// # Panics
     /// If no stack can be mapped (see [`Stack::new`] for why); use [`Coroutine::try_new`] to
     /// get that as an error instead.
+    #[inline]
     pub fn new<F>(body: F) -> Self
     where
         F: FnOnce(&Yielder<I, Y>, I) -> R + 'static,
@@ -184,6 +185,7 @@ impl<I, Y, R> Coroutine<I, Y, R> {
     ///
     /// # Errors
     /// Those of [`Stack::new`]: most often `OutOfMemory` when `vm.max_map_count` is reached.
+    #[inline]
     pub fn try_new<F>(body: F) -> io::Result<Self>
     where
         F: FnOnce(&Yielder<I, Y>, I) -> R + 'static,
@@ -197,6 +199,7 @@ impl<I, Y, R> Coroutine<I, Y, R> {
     /// # Panics
     /// If `body` (the closure and what it captures) does not fit in `stack` with at least
     /// 4 KiB to spare for running it.
+    #[inline]
     pub fn with_stack<F>(stack: Stack, body: F) -> Self
     where
         F: FnOnce(&Yielder<I, Y>, I) -> R + 'static,
@@ -288,9 +291,13 @@ impl<I, Y, R> Coroutine<I, Y, R> {
     ///
     /// # Panics
     /// Re-raises a panic from a destructor run during the unwind.
-    pub fn into_stack(mut self) -> Stack {
-        let leftover = self.unwind();
-        let stack = self.stack.take();
+    #[inline]
+    pub fn into_stack(self) -> Stack {
+        // Once the stack is taken nothing is left for `Drop` to do (the state is `Finished`,
+        // and the other fields own nothing), so skip it.
+        let mut this = ManuallyDrop::new(self);
+        let leftover = this.unwind();
+        let stack = this.stack.take();
         if let Some(payload) = leftover {
             drop(stack);
             panic::resume_unwind(payload);
@@ -300,11 +307,18 @@ impl<I, Y, R> Coroutine<I, Y, R> {
 
     /// Brings the coroutine to `Finished`: unwinds it if suspended, drops its unrun body if
     /// unstarted. Returns a panic payload that the caller should re-raise.
+    #[inline]
     fn unwind(&mut self) -> Option<Box<dyn Any + Send>> {
-        let target = match self.state {
-            State::Unstarted(sp) | State::Suspended(sp) => sp,
-            State::Finished => return None,
-        };
+        match self.state {
+            State::Unstarted(sp) | State::Suspended(sp) => self.unwind_from(sp),
+            State::Finished => None,
+        }
+    }
+
+    /// `unwind` of a coroutine that has not finished: kept out of line, so that dropping a
+    /// finished coroutine (the common case) stays a state check.
+    #[inline(never)]
+    fn unwind_from(&mut self, target: StackPointer) -> Option<Box<dyn Any + Send>> {
         // SAFETY: as in `resume`, with the unwind request instead of an input.
         let transfer = unsafe { arch::resume(target, UNWIND_REQUEST) };
         // SAFETY: the word came from our own coroutine.
@@ -328,6 +342,7 @@ impl<I, Y, R> Coroutine<I, Y, R> {
 }
 
 impl<I, Y, R> Drop for Coroutine<I, Y, R> {
+    #[inline]
     fn drop(&mut self) {
         let leftover = self.unwind();
         if let Some(stack) = self.stack.take() {

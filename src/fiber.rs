@@ -17,7 +17,6 @@
 
 use core::mem::{self, ManuallyDrop};
 use core::ptr::{self, NonNull};
-use std::panic::{self, AssertUnwindSafe};
 
 use crate::arch::{self, StackPointer, Transfer};
 use crate::stack::Stack;
@@ -159,13 +158,12 @@ unsafe extern "C" fn root<P, M>(from: StackPointer, data: usize, launch_at: usiz
     // SAFETY: per this function's contract; the fn pointer is Copy, the payload stays put.
     let (entry, payload) = unsafe { ((*launch).entry, &raw mut (*launch).payload) };
     let first = Transfer { from, data };
+    // A guard rather than `catch_unwind`: it costs nothing unless the body unwinds, and then
+    // its destructor aborts before the unwind can leave this frame.
+    let abort_on_unwind = AbortOnUnwind;
     // SAFETY: the entry was written for this payload type, which it now owns.
-    let exit = match panic::catch_unwind(AssertUnwindSafe(|| unsafe { entry(payload, first) })) {
-        Ok(exit) => exit,
-        Err(_) => fatal(
-            "a fiber body unwound to its root (greenweave bug: the layer above must catch panics)",
-        ),
-    };
+    let exit = unsafe { entry(payload, first) };
+    mem::forget(abort_on_unwind);
     let message = Message::new(exit.message);
     // SAFETY: `exit.to` is a suspended context chosen by the layer above; it takes `message`
     // before this stack is reused, and never switches back here.
@@ -178,6 +176,18 @@ unsafe extern "C" fn root<P, M>(from: StackPointer, data: usize, launch_at: usiz
         }
     };
     fatal("a finished fiber was resumed")
+}
+
+/// Aborts if dropped: lives across a fiber body's call in [`root`] and is forgotten when the body
+/// returns, so its destructor runs only if the body unwinds.
+struct AbortOnUnwind;
+
+impl Drop for AbortOnUnwind {
+    fn drop(&mut self) {
+        fatal(
+            "a fiber body unwound to its root (greenweave bug: the layer above must catch panics)",
+        )
+    }
 }
 
 /// Reports a broken internal invariant and aborts; unwinding is not possible at a fiber root.

@@ -20,16 +20,25 @@ thread_local! {
 }
 
 /// A default-size stack: a pooled one if this thread has any, else a new mapping.
+#[inline]
 pub(crate) fn take_default() -> io::Result<Stack> {
-    let pooled = POOL.try_with(|pool| pool.borrow_mut().pop()).ok().flatten();
-    match pooled {
-        Some(stack) => Ok(stack),
-        None => Stack::new(Stack::DEFAULT_SIZE),
+    // During thread teardown the pool may already be gone; then a new stack is mapped.
+    if let Ok(Some(stack)) = POOL.try_with(|pool| pool.borrow_mut().pop()) {
+        return Ok(stack);
     }
+    map_default()
+}
+
+/// The pool is empty: map a new stack (kept out of line; `take_default` is on every spawn).
+#[cold]
+#[inline(never)]
+fn map_default() -> io::Result<Stack> {
+    Stack::new(Stack::DEFAULT_SIZE)
 }
 
 /// Returns `stack` to this thread's pool if it is default-size and the pool has room;
 /// otherwise unmaps it.
+#[inline]
 pub(crate) fn recycle(stack: Stack) {
     if stack.size() != Stack::DEFAULT_SIZE {
         return;
