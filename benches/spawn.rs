@@ -22,136 +22,18 @@
 //!
 //!   For the two runtimes, a whole batch of iterations runs inside one `greenweave::run` /
 //!   `block_on`, timed from inside, so starting and stopping the runtime is not measured.
+//!
+//! The loops are in `loops/mod.rs`, shared with `instructions.rs`.
 
-use std::hint::black_box;
-use std::time::{Duration, Instant};
-
-use corosensei::stack::DefaultStack;
 use criterion::{Criterion, criterion_group, criterion_main};
-use greenweave::{CoroutineResult, Stack};
 
-fn coroutine_create_run_drop(c: &mut Criterion) {
-    let mut group = c.benchmark_group("coroutine_create_run_drop");
-    group
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3))
-        .sample_size(50);
+mod loops;
 
-    group.bench_function("greenweave_pool", |b| {
-        b.iter_custom(|iterations| {
-            let start = Instant::now();
-            for i in 0..iterations {
-                let mut coroutine =
-                    greenweave::Coroutine::<u64, (), u64>::new(|_, input| black_box(input));
-                match coroutine.resume(black_box(i)) {
-                    CoroutineResult::Return(value) => black_box(value),
-                    CoroutineResult::Yield(()) => unreachable!("the body never suspends"),
-                };
-                drop(coroutine);
-            }
-            start.elapsed()
-        });
-    });
-
-    group.bench_function("greenweave_with_stack", |b| {
-        let mut stack = Some(Stack::new(Stack::DEFAULT_SIZE).expect("map a stack"));
-        b.iter_custom(|iterations| {
-            let start = Instant::now();
-            for i in 0..iterations {
-                let mut coroutine = greenweave::Coroutine::<u64, (), u64>::with_stack(
-                    stack.take().expect("the stack comes back every iteration"),
-                    |_, input| black_box(input),
-                );
-                match coroutine.resume(black_box(i)) {
-                    CoroutineResult::Return(value) => black_box(value),
-                    CoroutineResult::Yield(()) => unreachable!("the body never suspends"),
-                };
-                stack = Some(coroutine.into_stack());
-            }
-            start.elapsed()
-        });
-    });
-
-    group.bench_function("corosensei", |b| {
-        // The same size as greenweave's default stack, mapped once and reused.
-        let mut stack = Some(DefaultStack::new(Stack::DEFAULT_SIZE).expect("map a stack"));
-        b.iter_custom(|iterations| {
-            let start = Instant::now();
-            for i in 0..iterations {
-                let mut coroutine = corosensei::Coroutine::<u64, (), u64, _>::with_stack(
-                    stack.take().expect("the stack comes back every iteration"),
-                    |_, input| black_box(input),
-                );
-                match coroutine.resume(black_box(i)) {
-                    corosensei::CoroutineResult::Return(value) => black_box(value),
-                    corosensei::CoroutineResult::Yield(()) => {
-                        unreachable!("the body never suspends")
-                    }
-                };
-                stack = Some(coroutine.into_stack());
-            }
-            start.elapsed()
-        });
-    });
-
-    group.finish();
-}
-
-fn spawn_join(c: &mut Criterion) {
-    let mut group = c.benchmark_group("spawn_join");
+fn lifecycles(c: &mut Criterion) {
+    loops::bench_group(c, "coroutine_create_run_drop", 50);
     // std's spawn+join takes tens of microseconds; fewer samples keep this group short.
-    group
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3))
-        .sample_size(30);
-
-    group.bench_function("greenweave", |b| {
-        b.iter_custom(|iterations| {
-            greenweave::run(move || {
-                let start = Instant::now();
-                for i in 0..iterations {
-                    let handle = greenweave::spawn(move || black_box(i));
-                    black_box(handle.join().expect("the body cannot panic"));
-                }
-                start.elapsed()
-            })
-        });
-    });
-
-    group.bench_function("tokio", |b| {
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .expect("start a tokio runtime");
-        b.iter_custom(|iterations| {
-            // The loop runs in a spawned task, as greenweave's runs in a green thread.
-            runtime.block_on(async move {
-                tokio::spawn(async move {
-                    let start = Instant::now();
-                    for i in 0..iterations {
-                        let handle = tokio::spawn(async move { black_box(i) });
-                        black_box(handle.await.expect("the body cannot panic"));
-                    }
-                    start.elapsed()
-                })
-                .await
-                .expect("the timing loop cannot panic")
-            })
-        });
-    });
-
-    group.bench_function("std_thread", |b| {
-        b.iter_custom(|iterations| {
-            let start = Instant::now();
-            for i in 0..iterations {
-                let handle = std::thread::spawn(move || black_box(i));
-                black_box(handle.join().expect("the body cannot panic"));
-            }
-            start.elapsed()
-        });
-    });
-
-    group.finish();
+    loops::bench_group(c, "spawn_join", 30);
 }
 
-criterion_group!(benches, coroutine_create_run_drop, spawn_join);
+criterion_group!(benches, lifecycles);
 criterion_main!(benches);
