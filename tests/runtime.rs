@@ -845,9 +845,11 @@ fn green_thread_calls_outside_a_runtime_panic_saying_to_use_run() {
         thread::spawn_after(Duration::from_millis(1), || ())
     });
     assert_needs_a_runtime("Builder::spawn", || Builder::new().spawn(|| ()));
-    assert_needs_a_runtime("sleep", || thread::sleep(Duration::from_millis(1)));
+    // Deadlines far enough away that they cannot pass before the call looks for a runtime,
+    // however slow the machine (under qemu, 1 ms could).
+    assert_needs_a_runtime("sleep", || thread::sleep(Duration::from_secs(3600)));
     assert_needs_a_runtime("sleep_until", || {
-        thread::sleep_until(Instant::now() + Duration::from_millis(1))
+        thread::sleep_until(Instant::now() + Duration::from_secs(3600))
     });
     assert_needs_a_runtime("yield_now", thread::yield_now);
     assert_needs_a_runtime("current", thread::current);
