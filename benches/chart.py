@@ -30,6 +30,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # None, colour).
 COMPARISONS = {
     "corosensei": ("corosensei", "corosensei", "#e08214"),
+    "generator": ("generator-rs", "generator", "#1b7837"),
     "tokio": ("tokio current_thread", "tokio", "#7b3294"),
     "std_thread": ("std::thread", None, "#8c8c8c"),
 }
@@ -48,7 +49,7 @@ ROWS = [
         "coroutine resume+suspend round trip",
         "coroutine_round_trip",
         "greenweave",
-        ["corosensei"],
+        ["corosensei", "generator"],
     ),
     (
         "coroutine round trip, resume in a non-inlined fn",
@@ -73,7 +74,7 @@ ROWS = [
         "coroutine create+run+drop (pooled stack)",
         "coroutine_create_run_drop",
         "greenweave_pool",
-        ["corosensei"],
+        ["corosensei", "generator"],
     ),
     (
         "coroutine create+run+drop (with_stack + into_stack)",

@@ -7,13 +7,15 @@
 //! ```
 //!
 //! - `coroutine_create_run_drop/*`: create a coroutine with a trivial body, resume it to the
-//!   end, drop it. No iteration maps memory.
+//!   end, drop it. No greenweave or corosensei iteration maps memory.
 //!   - `greenweave_pool`: `Coroutine::new`, which takes a default-size stack from greenweave's
 //!     per-thread pool and gives it back on drop (the warm-up leaves one in the pool);
 //!   - `greenweave_with_stack`: `Coroutine::with_stack` on one default-size stack that
 //!     `into_stack` hands back every iteration;
 //!   - `corosensei`: exactly that with corosensei's `with_stack`/`into_stack` and one
 //!     `DefaultStack` of the same size.
+//!   - `generator`: generator-rs, which cannot reuse a stack: each iteration maps and unmaps
+//!     one of the same size, so this shows what that costs, not a like-for-like path.
 //! - `spawn_join/*`: start a thread of some kind with a trivial body and wait for its result.
 //!   - `greenweave`: `greenweave::spawn` + `JoinHandle::join` from a green thread;
 //!   - `tokio`: `tokio::spawn` + `.await` of the handle from a task on a `current_thread`

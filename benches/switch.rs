@@ -15,8 +15,9 @@
 //! - `raw_switch_round_trip/{asymmetric,symmetric}`: the bare assembly switch with no
 //!   coroutine protocol around it, resume/suspend style and greenlet (switch/switch) style.
 //!   The floor for everything else; no other crate exposes an equivalent.
-//! - `coroutine_round_trip/{greenweave,corosensei}`: `resume` into a coroutine that suspends
-//!   straight back, with the resume inlined into the timing loop.
+//! - `coroutine_round_trip/{greenweave,corosensei,generator}`: `resume` into a coroutine that
+//!   suspends straight back, with the resume inlined into the timing loop (generator-rs:
+//!   `send` into a generator that `yield_`s straight back).
 //! - `coroutine_round_trip_out_of_line/{greenweave,corosensei}`: the same, with the resume in a
 //!   function that is called, and returns, on every trip, as in a program whose resume is not
 //!   in the loop that calls it. This is where the switch's effect on return prediction shows.

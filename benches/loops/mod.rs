@@ -68,6 +68,11 @@ pub const LOOPS: &[Loop] = &[
         prepare: corosensei_round_trips,
     },
     Loop {
+        group: "coroutine_round_trip",
+        function: "generator",
+        prepare: generator_round_trips,
+    },
+    Loop {
         group: "coroutine_round_trip_out_of_line",
         function: "greenweave",
         prepare: greenweave_round_trips_out_of_line,
@@ -121,6 +126,11 @@ pub const LOOPS: &[Loop] = &[
         group: "coroutine_create_run_drop",
         function: "corosensei",
         prepare: corosensei_lifecycles,
+    },
+    Loop {
+        group: "coroutine_create_run_drop",
+        function: "generator",
+        prepare: || Box::new(generator_lifecycles),
     },
     Loop {
         group: "spawn_join",
@@ -190,6 +200,26 @@ fn corosensei_round_trips() -> Run {
         let start = Instant::now();
         for i in 0..iterations {
             black_box(echo.resume(black_box(i)));
+        }
+        start.elapsed()
+    })
+}
+
+/// The same with generator-rs (`generator`, may's coroutine layer): `send` into a
+/// generator whose body `yield_`s every value straight back.
+fn generator_round_trips() -> Run {
+    let mut echo = generator::Gn::<u64>::new_scoped(|mut scope| {
+        let mut value = 0;
+        while let Some(next) = scope.yield_(value) {
+            value = next;
+        }
+        value
+    });
+    black_box(echo.send(0));
+    Box::new(move |iterations| {
+        let start = Instant::now();
+        for i in 0..iterations {
+            black_box(echo.send(black_box(i)));
         }
         start.elapsed()
     })
@@ -475,6 +505,21 @@ fn corosensei_lifecycles() -> Run {
         }
         start.elapsed()
     })
+}
+
+/// generator-rs: a generator with a stack of greenweave's default size, run to the end
+/// and dropped. It has no way to reuse a stack, so every iteration maps and unmaps one: this
+/// row shows what that costs, not a like-for-like switch path.
+fn generator_lifecycles(iterations: u64) -> Duration {
+    let words = Stack::DEFAULT_SIZE / size_of::<usize>();
+    let start = Instant::now();
+    for i in 0..iterations {
+        let mut coroutine =
+            generator::Gn::<u64>::new_scoped_opt(words, |mut scope| black_box(scope.get_yield()));
+        black_box(coroutine.send(black_box(i)));
+        drop(coroutine);
+    }
+    start.elapsed()
 }
 
 /// `greenweave::spawn` + `JoinHandle::join` of a trivial body, from a green thread.
