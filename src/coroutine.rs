@@ -26,7 +26,7 @@ use std::io;
 use std::panic::{self, AssertUnwindSafe};
 
 use crate::arch::{self, StackPointer, Transfer};
-use crate::fiber::{self, Exit, FINISHED_TAG, Leave, Message};
+use crate::fiber::{self, Exit, FINISHED_TAG, FiberBody, Leave, Message};
 use crate::overflow;
 use crate::stack::{Stack, pool};
 
@@ -137,8 +137,9 @@ struct ForcedUnwind(usize);
 /// std::thread::spawn(move || drop(co));
 /// ```
 pub struct Coroutine<Input, Yield, Return> {
-    /// `None` only after a body refused to unwind and its stack had to be leaked.
-    stack: Option<Stack>,
+    /// The stack the body runs on. Taken by `into_stack` and `Drop`, which recycle it (or leak
+    /// it, if the body refused to unwind), so it has no drop glue of its own.
+    stack: ManuallyDrop<Stack>,
     state: State,
     /// Covariant in `Yield` and `Return`, contravariant in `Input`; `!Send` and `!Sync`,
     /// because the body and whatever it holds live on this thread's stacks.
@@ -152,14 +153,46 @@ type ResumeSignature<I, Y, R> = fn(I) -> CoroutineResult<Y, R>;
 /// A raw pointer: `!Send` and `!Sync`, which is what a coroutine is.
 type NotSendOrSync = *mut ();
 
-#[derive(Clone, Copy, Debug)]
-enum State {
-    /// Built but not yet resumed; switching to it starts the body.
-    Unstarted(StackPointer),
-    /// Waiting in `suspend`.
-    Suspended(StackPointer),
+/// Where the coroutine is, in one word, since every resume rewrites it: the saved stack
+/// pointer of a suspended coroutine, the same with [`State::UNSTARTED_BIT`] set for one that
+/// has not started, or 0 for a finished one.
+#[derive(Clone, Copy)]
+struct State(usize);
+
+impl State {
     /// The body returned, panicked or was unwound; the stack holds nothing live.
-    Finished,
+    const FINISHED: State = State(0);
+
+    /// Set in the word of a coroutine built but not yet resumed (switching to it starts the
+    /// body). Stack pointers are at least 8-byte aligned, so the bit is free.
+    const UNSTARTED_BIT: usize = 1;
+
+    #[inline(always)]
+    fn unstarted(sp: StackPointer) -> State {
+        debug_assert_eq!(sp.addr() & Self::UNSTARTED_BIT, 0);
+        State(sp.addr() | Self::UNSTARTED_BIT)
+    }
+
+    /// Waiting in `suspend` at `sp`.
+    #[inline(always)]
+    fn suspended(sp: StackPointer) -> State {
+        debug_assert_eq!(sp.addr() & Self::UNSTARTED_BIT, 0);
+        State(sp.addr())
+    }
+
+    /// The saved context to switch to, unless the coroutine has finished.
+    #[inline(always)]
+    fn target(self) -> Option<StackPointer> {
+        StackPointer::from_addr(self.0 & !Self::UNSTARTED_BIT)
+    }
+
+    fn is_started(self) -> bool {
+        self.0 & Self::UNSTARTED_BIT == 0
+    }
+
+    fn is_finished(self) -> bool {
+        self.0 == 0
+    }
 }
 
 impl<I, Y, R> Coroutine<I, Y, R> {
@@ -190,7 +223,8 @@ impl<I, Y, R> Coroutine<I, Y, R> {
     where
         F: FnOnce(&Yielder<I, Y>, I) -> R + 'static,
     {
-        Ok(Self::with_stack(pool::take_default()?, body))
+        // A pooled stack comes with this thread's alternate signal stack already ensured.
+        Ok(Self::launch(pool::take_default()?, body))
     }
 
     /// Creates a coroutine that will run `body` on `stack`. Get the stack back with
@@ -205,14 +239,28 @@ impl<I, Y, R> Coroutine<I, Y, R> {
         F: FnOnce(&Yielder<I, Y>, I) -> R + 'static,
     {
         overflow::ensure_alt_stack();
-        let stack_limit = stack.limit();
+        Self::launch(stack, body)
+    }
+
+    /// Places `body` on `stack`. The calling thread must have an alternate signal stack
+    /// ([`overflow::ensure_alt_stack`]), so that an overflow of `stack` can be reported.
+    #[inline]
+    fn launch<F>(stack: Stack, body: F) -> Self
+    where
+        F: FnOnce(&Yielder<I, Y>, I) -> R + 'static,
+    {
+        let launch = CoroutineLaunch {
+            body,
+            stack_limit: stack.limit(),
+            marker: PhantomData,
+        };
         // SAFETY: the stack is fresh or recycled and owned by this coroutine from here on; it
-        // is started at most once, and its last message is taken by `receive`.
-        let payload = CoroutineLaunch { body, stack_limit };
-        let start = unsafe { fiber::launch(&stack, payload, coroutine_entry::<I, Y, R, F>) };
+        // is started at most once, and its last message is taken by `receive` or
+        // `unwind_unfinished`.
+        let start = unsafe { fiber::launch_body(&stack, launch) };
         Coroutine {
-            stack: Some(stack),
-            state: State::Unstarted(start),
+            stack: ManuallyDrop::new(stack),
+            state: State::unstarted(start),
             marker: PhantomData,
         }
     }
@@ -227,9 +275,9 @@ impl<I, Y, R> Coroutine<I, Y, R> {
     /// with the body's own panic, re-raised here, if the body panics.
     #[inline]
     pub fn resume(&mut self, input: I) -> CoroutineResult<Y, R> {
-        let target = match self.state {
-            State::Unstarted(sp) | State::Suspended(sp) => sp,
-            State::Finished => panic!(
+        let target = match self.state.target() {
+            Some(sp) => sp,
+            None => panic!(
                 "greenweave: Coroutine::resume called on a coroutine that has already finished; \
                  check is_done() before resuming"
             ),
@@ -260,14 +308,14 @@ impl<I, Y, R> Coroutine<I, Y, R> {
     #[inline]
     unsafe fn receive(&mut self, transfer: Transfer) -> Result<CoroutineResult<Y, R>, Finished<R>> {
         if transfer.data & FINISHED_TAG == 0 {
-            self.state = State::Suspended(transfer.from);
+            self.state = State::suspended(transfer.from);
             // SAFETY: an untagged word is the address of a Message<Y> on the suspended
             // coroutine's stack, which it will never read or drop again.
             return Ok(CoroutineResult::Yield(unsafe {
                 Message::<Y>::take(transfer.data)
             }));
         }
-        self.state = State::Finished;
+        self.state = State::FINISHED;
         // SAFETY: a tagged word is the address of the Message<Finished<R>> in the coroutine's
         // root frame; the coroutine never runs again, and its stack is still mapped.
         match unsafe { Message::<Finished<R>>::take(transfer.data) } {
@@ -278,12 +326,12 @@ impl<I, Y, R> Coroutine<I, Y, R> {
 
     /// Whether the body has been entered (by a first [`resume`](Coroutine::resume)).
     pub fn is_started(&self) -> bool {
-        !matches!(self.state, State::Unstarted(_))
+        self.state.is_started()
     }
 
     /// Whether the body has returned or panicked. A finished coroutine cannot be resumed.
     pub fn is_done(&self) -> bool {
-        matches!(self.state, State::Finished)
+        self.state.is_finished()
     }
 
     /// Finishes the coroutine (unwinding it first if it is suspended, so its destructors run)
@@ -293,50 +341,15 @@ impl<I, Y, R> Coroutine<I, Y, R> {
     /// Re-raises a panic from a destructor run during the unwind.
     #[inline]
     pub fn into_stack(self) -> Stack {
-        // Once the stack is taken nothing is left for `Drop` to do (the state is `Finished`,
-        // and the other fields own nothing), so skip it.
+        // Once the stack is taken nothing is left for `Drop` to do, so skip it.
         let mut this = ManuallyDrop::new(self);
-        let leftover = this.unwind();
-        let stack = this.stack.take();
-        if let Some(payload) = leftover {
-            drop(stack);
-            panic::resume_unwind(payload);
-        }
-        stack.expect("a coroutine that finished unwinding still owns its stack")
-    }
-
-    /// Brings the coroutine to `Finished`: unwinds it if suspended, drops its unrun body if
-    /// unstarted. Returns a panic payload that the caller should re-raise.
-    #[inline]
-    fn unwind(&mut self) -> Option<Box<dyn Any + Send>> {
-        match self.state {
-            State::Unstarted(sp) | State::Suspended(sp) => self.unwind_from(sp),
-            State::Finished => None,
-        }
-    }
-
-    /// `unwind` of a coroutine that has not finished: kept out of line, so that dropping a
-    /// finished coroutine (the common case) stays a state check.
-    #[inline(never)]
-    fn unwind_from(&mut self, target: StackPointer) -> Option<Box<dyn Any + Send>> {
-        // SAFETY: as in `resume`, with the unwind request instead of an input.
-        let transfer = unsafe { arch::resume(target, UNWIND_REQUEST) };
-        // SAFETY: the word came from our own coroutine.
-        match unsafe { self.receive(transfer) } {
-            Ok(CoroutineResult::Return(_)) | Err(Finished::Unwound) => None,
-            Err(Finished::Panicked(payload)) => Some(payload),
-            Err(Finished::Returned(_)) => unreachable!("receive maps Returned to Ok"),
-            Ok(CoroutineResult::Yield(_)) => {
-                // The body caught the unwind and suspended again. Its frames are live, so the
-                // stack cannot be reused or unmapped: leak it, and say why.
-                mem::forget(self.stack.take());
-                self.state = State::Finished;
-                Some(Box::new(
-                    "greenweave: a coroutine suspended while it was being dropped; its body \
-                     must not catch the unwind (catch_unwind around suspend) and keep going. \
-                     Its stack has been leaked.",
-                ))
-            }
+        // SAFETY: the stack is taken once, here, and `this` is never dropped.
+        let stack = unsafe { ManuallyDrop::take(&mut this.stack) };
+        match this.state.target() {
+            None => stack,
+            // SAFETY: `sp` is this coroutine's saved context, not resumed since it was saved,
+            // and the coroutine is never used again.
+            Some(sp) => unsafe { into_stack_unfinished::<Y, R>(sp, stack) },
         }
     }
 }
@@ -344,28 +357,109 @@ impl<I, Y, R> Coroutine<I, Y, R> {
 impl<I, Y, R> Drop for Coroutine<I, Y, R> {
     #[inline]
     fn drop(&mut self) {
-        let leftover = self.unwind();
-        if let Some(stack) = self.stack.take() {
-            pool::recycle(stack);
-        }
-        if let Some(payload) = leftover
-            && !std::thread::panicking()
-        {
-            panic::resume_unwind(payload);
+        // SAFETY: the stack is taken once, here, and the coroutine is never used again.
+        let stack = unsafe { ManuallyDrop::take(&mut self.stack) };
+        match self.state.target() {
+            None => pool::recycle(stack),
+            // SAFETY: `sp` is this coroutine's saved context, not resumed since it was saved,
+            // and the coroutine is never used again.
+            Some(sp) => unsafe { drop_unfinished::<Y, R>(sp, stack) },
         }
     }
 }
 
+/// `into_stack` of a coroutine that has not finished: unwinds it (drops its unrun body if it
+/// never started), then returns its stack, or re-raises a panic from a destructor.
+///
+/// # Safety
+/// As for [`unwind_unfinished`].
+#[cold]
+#[inline(never)]
+unsafe fn into_stack_unfinished<Y, R>(target: StackPointer, stack: Stack) -> Stack {
+    // SAFETY: forwarded from the caller.
+    match unsafe { unwind_unfinished::<Y, R>(target, stack) } {
+        (Some(stack), None) => stack,
+        (stack, Some(payload)) => {
+            drop(stack);
+            panic::resume_unwind(payload)
+        }
+        (None, None) => unreachable!("a stack is kept unless the body refused to unwind"),
+    }
+}
+
+/// `Drop` of a coroutine that has not finished: unwinds it (drops its unrun body if it never
+/// started), then recycles its stack and re-raises a panic from a destructor unless the thread
+/// is already panicking.
+///
+/// # Safety
+/// As for [`unwind_unfinished`].
+#[cold]
+#[inline(never)]
+unsafe fn drop_unfinished<Y, R>(target: StackPointer, stack: Stack) {
+    // SAFETY: forwarded from the caller.
+    let (stack, leftover) = unsafe { unwind_unfinished::<Y, R>(target, stack) };
+    if let Some(stack) = stack {
+        pool::recycle(stack);
+    }
+    if let Some(payload) = leftover
+        && !std::thread::panicking()
+    {
+        panic::resume_unwind(payload);
+    }
+}
+
+/// Sends the unwind request to the coroutine saved at `target`, which runs on `stack`, and
+/// waits for it to finish. Returns the stack if it can be reused (it is leaked if the body
+/// caught the unwind and suspended again), and a panic payload that the caller should
+/// re-raise.
+///
+/// Kept apart from the `Coroutine` (it takes and returns values, never `&mut self`), so that
+/// the handle of a finished coroutine, the common case, can live in registers.
+///
+/// # Safety
+/// `target` must be the saved context of a coroutine with these `Y` and `R`, running on
+/// `stack`, that has not been resumed since it was saved; it must not be resumed again.
+unsafe fn unwind_unfinished<Y, R>(
+    target: StackPointer,
+    stack: Stack,
+) -> (Option<Stack>, Option<Box<dyn Any + Send>>) {
+    // SAFETY: as in `resume`, with the unwind request instead of an input (the caller
+    // vouches for `target`).
+    let transfer = unsafe { arch::resume(target, UNWIND_REQUEST) };
+    if transfer.data & FINISHED_TAG == 0 {
+        // SAFETY: an untagged word is the address of a Message<Y> on the suspended
+        // coroutine's stack, which it will never read or drop again.
+        let yielded = unsafe { Message::<Y>::take(transfer.data) };
+        // The body caught the unwind and suspended again. Its frames are live, so the stack
+        // cannot be reused or unmapped: leak it, and say why.
+        mem::forget(stack);
+        drop(yielded);
+        let message = "greenweave: a coroutine suspended while it was being dropped; its body \
+                       must not catch the unwind (catch_unwind around suspend) and keep going. \
+                       Its stack has been leaked.";
+        return (None, Some(Box::new(message)));
+    }
+    // SAFETY: a tagged word is the address of the Message<Finished<R>> in the coroutine's
+    // root frame; the coroutine never runs again, and its stack is still mapped.
+    let leftover = match unsafe { Message::<Finished<R>>::take(transfer.data) } {
+        Finished::Returned(_) | Finished::Unwound => None,
+        Finished::Panicked(payload) => Some(payload),
+    };
+    (Some(stack), leftover)
+}
+
 impl<I, Y, R> fmt::Debug for Coroutine<I, Y, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match self.state {
-            State::Unstarted(_) => "unstarted",
-            State::Suspended(_) => "suspended",
-            State::Finished => "finished",
+        let state = if self.state.is_finished() {
+            "finished"
+        } else if self.state.is_started() {
+            "suspended"
+        } else {
+            "unstarted"
         };
         f.debug_struct("Coroutine")
             .field("state", &state)
-            .field("stack", &self.stack)
+            .field("stack", &*self.stack)
             .finish()
     }
 }
@@ -446,61 +540,63 @@ impl<I, Y> fmt::Debug for Yielder<I, Y> {
     }
 }
 
-/// What a coroutine's fiber is launched with.
-struct CoroutineLaunch<F> {
+/// What a coroutine's fiber is launched with: the user's closure and what the [`Yielder`]
+/// needs to know about the stack.
+struct CoroutineLaunch<I, Y, R, F> {
     body: F,
     /// Lowest usable address of the stack, for the [`Yielder`]'s misuse check.
     stack_limit: usize,
+    marker: PhantomData<fn(I) -> (Y, R)>,
 }
 
-/// What a coroutine's fiber runs: builds the [`Yielder`], runs the body (or drops it unrun),
-/// and returns how it ended, to be sent to the last resumer.
-///
-/// # Safety
-/// A [`fiber::Entry`]: `launch` points at a `CoroutineLaunch<F>` this function owns.
-unsafe fn coroutine_entry<I, Y, R, F>(
-    launch: *mut CoroutineLaunch<F>,
-    transfer: Transfer,
-) -> Exit<Finished<R>>
+impl<I, Y, R, F> FiberBody for CoroutineLaunch<I, Y, R, F>
 where
     F: FnOnce(&Yielder<I, Y>, I) -> R,
 {
-    // SAFETY: the launch record is ours (see above); `stack_limit` is Copy.
-    let (body, stack_limit) = unsafe { (&raw mut (*launch).body, (*launch).stack_limit) };
-    let yielder = Yielder {
-        resumer: Cell::new(transfer.from),
-        stack_limit,
-        marker: PhantomData,
-    };
-    let outcome = if transfer.data == UNWIND_REQUEST {
-        // Dropped before it started: drop the closure in place without running it.
-        // SAFETY: the body has not been moved out, and is dropped once.
-        match panic::catch_unwind(AssertUnwindSafe(|| unsafe { ptr::drop_in_place(body) })) {
-            Ok(()) => Finished::Unwound,
-            Err(payload) => Finished::Panicked(payload),
-        }
-    } else {
-        // SAFETY: a non-zero first word is the address of the resumer's input (see `resume`).
-        let input = unsafe { ptr::read(transfer.data as *const I) };
-        // The body is moved out only here, at the call, so a large capture is copied once.
-        let run = || {
-            // SAFETY: the body has not been moved out or dropped, and is read once.
-            let body = unsafe { ptr::read(body) };
-            body(&yielder, input)
+    type Message = Finished<R>;
+
+    /// Builds the [`Yielder`], runs the body (or drops it unrun), and returns how it ended, to
+    /// be sent to the last resumer.
+    #[inline]
+    unsafe fn run(launch: *mut Self, transfer: Transfer) -> Exit<Finished<R>> {
+        // SAFETY: the launch record is ours (the trait's contract); `stack_limit` is Copy.
+        let (body, stack_limit) = unsafe { (&raw mut (*launch).body, (*launch).stack_limit) };
+        let yielder = Yielder {
+            resumer: Cell::new(transfer.from),
+            stack_limit,
+            marker: PhantomData,
         };
-        match panic::catch_unwind(AssertUnwindSafe(run)) {
-            Ok(value) => Finished::Returned(value),
-            Err(payload) => match payload.downcast_ref::<ForcedUnwind>() {
-                Some(request) if request.0 == &yielder as *const Yielder<I, Y> as usize => {
-                    Finished::Unwound
-                }
-                _ => Finished::Panicked(payload),
-            },
+        let outcome = if transfer.data == UNWIND_REQUEST {
+            // Dropped before it started: drop the closure in place without running it.
+            // SAFETY: the body has not been moved out, and is dropped once.
+            match panic::catch_unwind(AssertUnwindSafe(|| unsafe { ptr::drop_in_place(body) })) {
+                Ok(()) => Finished::Unwound,
+                Err(payload) => Finished::Panicked(payload),
+            }
+        } else {
+            // SAFETY: a non-zero first word is the address of the resumer's input (see
+            // `resume`).
+            let input = unsafe { ptr::read(transfer.data as *const I) };
+            // The body is moved out only here, at the call, so a large capture is copied once.
+            let run = || {
+                // SAFETY: the body has not been moved out or dropped, and is read once.
+                let body = unsafe { ptr::read(body) };
+                body(&yielder, input)
+            };
+            match panic::catch_unwind(AssertUnwindSafe(run)) {
+                Ok(value) => Finished::Returned(value),
+                Err(payload) => match payload.downcast_ref::<ForcedUnwind>() {
+                    Some(request) if request.0 == &yielder as *const Yielder<I, Y> as usize => {
+                        Finished::Unwound
+                    }
+                    _ => Finished::Panicked(payload),
+                },
+            }
+        };
+        Exit {
+            to: yielder.resumer.get(),
+            message: outcome,
+            leave: Leave::ToResumer,
         }
-    };
-    Exit {
-        to: yielder.resumer.get(),
-        message: outcome,
-        leave: Leave::ToResumer,
     }
 }

@@ -15,6 +15,7 @@
 //! address with [`FINISHED_TAG`] set. [`Message`] keeps the low bit of every message address
 //! free for that tag.
 
+use core::marker::PhantomData;
 use core::mem::{self, ManuallyDrop};
 use core::ptr::{self, NonNull};
 
@@ -78,19 +79,51 @@ pub(crate) enum Leave {
     ToPeer,
 }
 
-/// The function a fiber runs: `entry(payload, first_transfer) -> Exit`.
+/// What a fiber runs: a value that [`launch`] places at the top of the stack, and the function
+/// that the fiber's root calls with it.
 ///
-/// It receives its payload by pointer, where [`launch`] placed it at the top of the stack, and
-/// must move out (`ptr::read`) or drop in place whatever it owns there, exactly once. Taking
-/// the payload by pointer rather than by value matters: a closure passed by value through a
-/// few frames (and `catch_unwind`) is copied down the stack at each one, and a large capture
-/// would then overflow a stack that it fits in.
+/// The root is generic over the body, so `run` is called directly (and usually inlined into
+/// the root) rather than through a function pointer stored on the stack.
+pub(crate) trait FiberBody: Sized {
+    /// What the body's [`Exit`] sends as the fiber's last message.
+    type Message;
+
+    /// Runs the body; its return value says where the fiber's last message goes.
+    ///
+    /// It receives the body by pointer, where [`launch`] placed it at the top of the stack, and
+    /// must move out (`ptr::read`) or drop in place whatever it owns there, exactly once.
+    /// Taking it by pointer rather than by value matters: a closure passed by value through a
+    /// few frames (and `catch_unwind`) is copied down the stack at each one, and a large
+    /// capture would then overflow a stack that it fits in.
+    ///
+    /// # Safety
+    /// `this` is the value [`launch`] placed, not yet moved out or dropped; `first` is the
+    /// [`Transfer`] of the first switch to the fiber.
+    unsafe fn run(this: *mut Self, first: Transfer) -> Exit<Self::Message>;
+}
+
+/// The function a fiber runs, for bodies that are a payload and a function taking it:
+/// `entry(payload, first_transfer) -> Exit` (see [`FiberBody::run`], whose contract it has).
 pub(crate) type Entry<P, M> = unsafe fn(payload: *mut P, first: Transfer) -> Exit<M>;
 
-/// What [`launch`] writes at the top of a stack.
-struct Launch<P, M> {
+/// A payload and the [`Entry`] that runs it: what [`launch`] places for such a body.
+struct EntryAndPayload<P, M> {
     entry: Entry<P, M>,
     payload: P,
+}
+
+impl<P, M> FiberBody for EntryAndPayload<P, M> {
+    type Message = M;
+
+    #[inline]
+    unsafe fn run(this: *mut Self, first: Transfer) -> Exit<M> {
+        // SAFETY: `this` is ours (per the trait's contract); the fn pointer is Copy and the
+        // payload stays where it is, owned by the entry from here on.
+        unsafe {
+            let (entry, payload) = ((*this).entry, &raw mut (*this).payload);
+            entry(payload, first)
+        }
+    }
 }
 
 /// Prepares `stack` so that the first switch to the returned pointer calls
@@ -103,72 +136,119 @@ struct Launch<P, M> {
 /// [`COPIES_MADE_TO_RUN`]).
 ///
 /// # Safety
-/// Nothing else may be running on `stack` or use it until the fiber has finished (or is never
-/// started, in which case the payload is leaked). The receiver of the last message must take
-/// it ([`Message::take`]) before the stack is reused or unmapped.
+/// As for [`launch_body`].
 pub(crate) unsafe fn launch<P, M>(stack: &Stack, payload: P, entry: Entry<P, M>) -> StackPointer {
+    // SAFETY: forwarded from the caller.
+    unsafe { launch_body(stack, EntryAndPayload { entry, payload }) }
+}
+
+/// Prepares `stack` so that the first switch to the returned pointer calls
+/// [`FiberBody::run`] on `body`, placed at the top of the stack, with that switch's
+/// [`Transfer`]. When it returns an [`Exit`], the fiber switches to `exit.to` with the address
+/// of `exit.message` tagged with [`FINISHED_TAG`], and never runs again.
+///
+/// # Panics
+/// If the body does not fit in `stack` three times over with 4 KiB to spare (see
+/// [`COPIES_MADE_TO_RUN`]); the body is dropped.
+///
+/// # Safety
+/// Nothing else may be running on `stack` or use it until the fiber has finished (or is never
+/// started, in which case the body is leaked). The receiver of the last message must take it
+/// ([`Message::take`]) before the stack is reused or unmapped.
+#[inline]
+pub(crate) unsafe fn launch_body<B: FiberBody>(stack: &Stack, body: B) -> StackPointer {
     let top = stack.top().as_ptr() as usize;
-    let bottom = stack.limit();
-    // The payload goes at the top of the stack, 16-byte aligned; the trampoline's frame below.
-    let size = mem::size_of::<Launch<P, M>>();
-    // The payload goes at the top of the stack, 16-byte aligned; the trampoline's frame below.
-    // The entry moves the user's closure out once to call it (more in debug builds), so the
-    // rest of the stack must hold two more copies besides the room to run.
-    let launch_at = top
-        .checked_sub(size)
-        .map(|at| at & !(mem::align_of::<Launch<P, M>>().max(16) - 1))
-        .filter(|&at| {
-            size.checked_mul(COPIES_MADE_TO_RUN)
-                .and_then(|copies| {
-                    copies.checked_add(bottom + arch::INITIAL_FRAME_BYTES + MIN_RUN_SPACE)
-                })
-                .is_some_and(|needed| at >= needed)
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "greenweave: a body of {} bytes does not fit in a {}-byte stack (it needs room \
-                 for {COPIES_MADE_TO_RUN} more copies of itself and 4 KiB to run); box the \
-                 captured data or use a larger Stack",
-                mem::size_of::<P>(),
-                stack.size()
-            )
-        });
-    // SAFETY: `launch_at..top` lies in the usable range of `stack` (checked above) and is
-    // aligned for Launch; the caller guarantees nothing else uses the stack. The entry owns
-    // the payload from its first call on.
-    unsafe { (launch_at as *mut Launch<P, M>).write(Launch { entry, payload }) };
+    let Some(launch_at) = Placement::<B>::at(top, stack.size()) else {
+        body_does_not_fit(mem::size_of::<B>(), stack.size())
+    };
+    // SAFETY: `launch_at..top` lies in the usable range of `stack` (checked by `at`) and is
+    // aligned for B; the caller guarantees nothing else uses the stack. `root` owns the body
+    // from its first call on.
+    unsafe { (launch_at as *mut B).write(body) };
     // SAFETY: `launch_at` is 16-byte aligned, non-null, and the INITIAL_FRAME_BYTES below it
-    // are unused stack memory (checked above).
+    // are unused stack memory (checked by `at`).
     unsafe {
         arch::init_stack(
             NonNull::new_unchecked(launch_at as *mut u8),
-            root::<P, M>,
+            root::<B>,
             launch_at,
         )
     }
 }
 
+/// Where [`launch_body`] places a `B` on a stack, and the room it must leave below it.
+struct Placement<B>(PhantomData<B>);
+
+impl<B> Placement<B> {
+    /// The body's alignment, and at least the 16 bytes the initial frame needs.
+    const ALIGN: usize = if mem::align_of::<B>() > 16 {
+        mem::align_of::<B>()
+    } else {
+        16
+    };
+
+    /// Bytes the body takes at the top of a stack whose top is `ALIGN`-aligned.
+    const RESERVED: usize = mem::size_of::<B>().next_multiple_of(Self::ALIGN);
+
+    /// Bytes that must stay free below the body: the entry moves the user's closure out once
+    /// to call it (more in debug builds), so the rest of the stack must hold that many more
+    /// copies besides the initial frame and the room to run. Saturates: a body that large
+    /// fits nowhere.
+    const BELOW: usize = mem::size_of::<B>()
+        .saturating_mul(COPIES_MADE_TO_RUN)
+        .saturating_add(arch::INITIAL_FRAME_BYTES + MIN_RUN_SPACE);
+
+    /// The smallest usable size of a stack that a `B` fits in, when the stack's top is
+    /// `ALIGN`-aligned (it is page-aligned, and no page is smaller than 4 KiB).
+    const MIN_STACK_SIZE: usize = Self::RESERVED.saturating_add(Self::BELOW);
+
+    /// The address for the body on a stack with `size` usable bytes below `top`, if it fits.
+    #[inline]
+    fn at(top: usize, size: usize) -> Option<usize> {
+        if Self::ALIGN <= 4096 {
+            // A constant: a body placed this way costs one comparison.
+            return (size >= Self::MIN_STACK_SIZE).then(|| top - Self::RESERVED);
+        }
+        let bottom = top - size;
+        top.checked_sub(mem::size_of::<B>())
+            .map(|at| at & !(Self::ALIGN - 1))
+            .filter(|&at| {
+                bottom
+                    .checked_add(Self::BELOW)
+                    .is_some_and(|needed| needed <= at)
+            })
+    }
+}
+
+/// Refuses a body too large for its stack (kept out of line: the caller's check is a
+/// comparison with a constant).
+#[cold]
+#[inline(never)]
+fn body_does_not_fit(body_size: usize, stack_size: usize) -> ! {
+    panic!(
+        "greenweave: a body of {body_size} bytes does not fit in a {stack_size}-byte stack (it \
+         needs room for {COPIES_MADE_TO_RUN} more copies of itself and 4 KiB to run); box the \
+         captured data or use a larger Stack"
+    )
+}
+
 /// The first Rust frame on every fiber stack, called by the trampoline.
 ///
 /// # Safety
-/// Called only by the trampoline, for a stack prepared by [`launch`] with the same `P` and
-/// `M`: `launch_at` is the address of the `Launch<P, M>` it wrote.
-unsafe extern "C" fn root<P, M>(from: StackPointer, data: usize, launch_at: usize) -> ! {
-    let launch = launch_at as *mut Launch<P, M>;
-    // SAFETY: per this function's contract; the fn pointer is Copy, the payload stays put.
-    let (entry, payload) = unsafe { ((*launch).entry, &raw mut (*launch).payload) };
+/// Called only by the trampoline, for a stack prepared by [`launch_body`] with the same `B`:
+/// `launch_at` is the address of the body it placed.
+unsafe extern "C" fn root<B: FiberBody>(from: StackPointer, data: usize, launch_at: usize) -> ! {
     let first = Transfer { from, data };
     // A guard rather than `catch_unwind`: it costs nothing unless the body unwinds, and then
     // its destructor aborts before the unwind can leave this frame.
     let abort_on_unwind = AbortOnUnwind;
-    // SAFETY: the entry was written for this payload type, which it now owns.
-    let exit = unsafe { entry(payload, first) };
+    // SAFETY: per this function's contract, the body is at `launch_at` and is now ours.
+    let exit = unsafe { B::run(launch_at as *mut B, first) };
     mem::forget(abort_on_unwind);
     let message = Message::new(exit.message);
+    let word = message.word() | FINISHED_TAG;
     // SAFETY: `exit.to` is a suspended context chosen by the layer above; it takes `message`
     // before this stack is reused, and never switches back here.
-    let word = message.word() | FINISHED_TAG;
-    // SAFETY: as above.
     unsafe {
         match exit.leave {
             Leave::ToResumer => arch::suspend(exit.to, word),

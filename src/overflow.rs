@@ -305,6 +305,7 @@ thread_local! {
 /// Makes sure the calling thread has an alternate signal stack, so the fault handler can run
 /// when a coroutine has used up its own. Called when a coroutine is created (coroutines never
 /// change thread, so this is the thread that will run it).
+#[inline]
 pub(crate) fn ensure_alt_stack() {
     // Initialising the thread-local installs the stack; later calls are a flag check.
     let _ = ALT_STACK.try_with(|_| ());

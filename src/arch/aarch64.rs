@@ -7,16 +7,21 @@
 //!
 //! ```text
 //!   top ->  +----------------------+  16-byte aligned
-//!           | 0, 0                 |  top - 16   padding (sp must stay 16-aligned)
-//!           | d8..d15 = 0          |  top - 80   .. top - 16
+//!           | (not written)        |  top - 16   padding (sp must stay 16-aligned)
+//!           | d8..d15 (not written)|  top - 80   .. top - 16
 //!           | x29 = 0, x30 = tramp |  top - 96   fp ends frame-record walks; lr is where the
 //!           |                      |             first switch lands
-//!           | x21..x28 = 0         |  top - 160  .. top - 96
+//!           | x21..x28 (not written)| top - 160  .. top - 96
 //!   sp  ->  | x19 = entry, x20 = arg| top - 176
 //!           +----------------------+
 //! ```
 //!
 //! After the switch pops 160 bytes, sp = top - 16: 16-byte aligned, as AAPCS64 requires always.
+//!
+//! Only the four words the trampoline and unwinders read are written (this is on the path of
+//! every coroutine's creation). The switch loads the other slots into x21-x28 and d8-d15, whose
+//! values nothing reads: the trampoline passes on only x0, x1 and x20, and the entry, which
+//! saves them if it uses them, never returns to restore them. The padding is never read.
 
 use super::{EntryFn, StackPointer, Transfer};
 
@@ -88,16 +93,17 @@ pub(super) const INITIAL_FRAME_BYTES: usize = 176;
 
 /// # Safety
 /// `top` is 16-byte aligned and the 176 bytes below it are writable and unused.
+#[inline]
 pub(super) unsafe fn init_stack(top: *mut u8, entry: EntryFn, arg: usize) -> *mut u8 {
-    let mut frame = [0usize; INITIAL_FRAME_BYTES / 8];
-    frame[0] = entry as *const () as usize; // x19: the function the trampoline calls
-    frame[1] = arg; // x20: its third argument
-    frame[10] = 0; // x29: a null frame pointer ends frame-record walks
-    frame[11] = greenweave_trampoline as *const () as usize; // x30: resume address
-    // SAFETY: the caller guarantees the 176 bytes below `top` are ours; `top` is 16-aligned.
+    // SAFETY: the caller guarantees the 176 bytes below `top` are ours; `top` is 16-aligned so
+    // every slot is 8-aligned, enough for usize.
     unsafe {
         let sp = top.sub(INITIAL_FRAME_BYTES);
-        sp.cast::<[usize; INITIAL_FRAME_BYTES / 8]>().write(frame);
+        let slot = |index: usize| sp.cast::<usize>().add(index);
+        slot(0).write(entry as *const () as usize); // x19: the function the trampoline enters
+        slot(1).write(arg); // x20: its third argument
+        slot(10).write(0); // x29: a null frame pointer ends frame-record walks
+        slot(11).write(greenweave_trampoline as *const () as usize); // x30: resume address
         sp
     }
 }

@@ -33,6 +33,22 @@ pub(crate) const INITIAL_FRAME_BYTES: usize = imp::INITIAL_FRAME_BYTES;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct StackPointer(NonNull<u8>);
 
+impl StackPointer {
+    /// The address, for a layer above that packs it with flags in one word. It is at least
+    /// 8-byte aligned, so the low bits are zero.
+    #[inline(always)]
+    pub(crate) fn addr(self) -> usize {
+        self.0.as_ptr() as usize
+    }
+
+    /// The stack pointer at `addr`, as returned by [`StackPointer::addr`]; `None` for 0.
+    /// Switching to it is only sound if it came from a `StackPointer` that is still valid.
+    #[inline(always)]
+    pub(crate) fn from_addr(addr: usize) -> Option<StackPointer> {
+        NonNull::new(addr as *mut u8).map(StackPointer)
+    }
+}
+
 /// What arrives with every switch: where the other side stopped, and the word it sent.
 #[repr(C)]
 #[derive(Debug)]
@@ -105,6 +121,7 @@ pub(crate) unsafe fn suspend(to: StackPointer, data: usize) -> Transfer {
 /// # Safety
 /// `top` must be 16-byte aligned, and the `INITIAL_FRAME_BYTES` bytes below it must be
 /// writable memory that belongs to a stack nothing else is using.
+#[inline]
 pub(crate) unsafe fn init_stack(top: NonNull<u8>, entry: EntryFn, arg: usize) -> StackPointer {
     debug_assert_eq!(
         top.as_ptr() as usize % 16,

@@ -7,21 +7,27 @@
 //!
 //! ```text
 //!   top ->  +----------------------+  16-byte aligned
-//!           | 0                    |  top - 8   padding, keeps the entry's stack aligned
-//!           | 0                    |  top - 16
+//!           | (not written)        |  top - 8   padding, keeps the entry's stack aligned
+//!           | (not written)        |  top - 16
 //!           | trampoline           |  top - 24  resume address: the first switch jumps here
 //!           | 0  (rbp)             |  top - 32  ends frame-pointer walks
-//!           | 0  (rbx)             |  top - 40
+//!           | (not written) (rbx)  |  top - 40
 //!           | entry (r12)          |  top - 48
 //!           | arg   (r13)          |  top - 56
-//!           | 0  (r14)             |  top - 64
-//!   sp  ->  | 0  (r15)             |  top - 72
+//!           | (not written) (r14)  |  top - 64
+//!   sp  ->  | (not written) (r15)  |  top - 72
 //!           +----------------------+
 //! ```
 //!
 //! After the switch pops seven words, rsp = top - 16, which is 16-byte aligned as the SysV ABI
 //! requires where a `call` would be; the trampoline pushes a return address and jumps, so the
 //! entry starts with rsp = 8 mod 16, as after a call.
+//!
+//! Only the four words the trampoline and unwinders read are written (this is on the path of
+//! every coroutine's creation). The switch loads the other three register slots into rbx, r14
+//! and r15, whose values nothing reads: the trampoline passes on only rax, rdx and r13, and
+//! the entry, which saves them if it uses them, never returns to restore them. The padding is
+//! never read at all.
 
 use super::{EntryFn, StackPointer, Transfer};
 
@@ -96,23 +102,17 @@ pub(super) const INITIAL_FRAME_BYTES: usize = 72;
 
 /// # Safety
 /// `top` is 16-byte aligned and the 72 bytes below it are writable and unused.
+#[inline]
 pub(super) unsafe fn init_stack(top: *mut u8, entry: EntryFn, arg: usize) -> *mut u8 {
-    let frame: [usize; 9] = [
-        0,                                           // r15
-        0,                                           // r14
-        arg,                                         // r13: third argument of the entry
-        entry as *const () as usize,                 // r12: the function the trampoline calls
-        0,                                           // rbx
-        0,                                           // rbp: a null frame pointer ends fp walks
-        greenweave_trampoline as *const () as usize, // resume address
-        0,                                           // padding
-        0,                                           // padding
-    ];
     // SAFETY: the caller guarantees the 72 bytes below `top` are ours; `top` is 16-aligned so
-    // `sp` is 8-aligned, enough for usize.
+    // every slot is 8-aligned, enough for usize.
     unsafe {
         let sp = top.sub(INITIAL_FRAME_BYTES);
-        sp.cast::<[usize; 9]>().write(frame);
+        let slot = |index: usize| sp.cast::<usize>().add(index);
+        slot(2).write(arg); // r13: third argument of the entry
+        slot(3).write(entry as *const () as usize); // r12: the function the trampoline enters
+        slot(5).write(0); // rbp: a null frame pointer ends frame-pointer walks
+        slot(6).write(greenweave_trampoline as *const () as usize); // resume address
         sp
     }
 }

@@ -20,12 +20,12 @@ pub(crate) mod pool;
 mod valgrind;
 
 use core::fmt;
-use core::ptr::NonNull;
+use core::ptr::{self, NonNull};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::OnceLock;
 
-use memmap2::{MmapMut, MmapOptions};
+use memmap2::MmapOptions;
 
 use crate::overflow;
 
@@ -58,16 +58,27 @@ use crate::overflow;
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub struct Stack {
-    /// The whole region: `[guard page][usable range]`, lowest address first.
-    mapping: MmapMut,
-    /// Bytes of guard at the bottom of `mapping` (one page). A `u32`, so that it and `guard`
-    /// share one word and a `Stack`, held by every green thread, stays four words.
-    guard_bytes: u32,
-    /// How the guard was made inaccessible (kept for `Debug`; unmapping removes either kind).
-    guard: GuardKind,
-    /// Valgrind's handle for the usable range (0 when not running under Valgrind).
-    valgrind_id: usize,
+    /// One past the highest usable byte (page aligned). The mapping ends here.
+    top: NonNull<u8>,
+    /// Usable bytes (a whole number of pages, so the low bit is free), with [`PROT_NONE_BIT`]
+    /// set if the guard page is `PROT_NONE` rather than a guard region. The guard page lies just
+    /// below the usable range, where the mapping starts.
+    ///
+    /// Two words in all, so that a `Stack`, held by every green thread and moved into and out
+    /// of every coroutine, moves in one 16-byte copy. The mapping's start and length follow
+    /// from these and the page size; Valgrind's handle for the stack, needed only under
+    /// Valgrind, is kept by the `valgrind` module.
+    size_and_guard: usize,
 }
+
+/// The bit of [`Stack::size_and_guard`] that records a `PROT_NONE` guard page.
+const PROT_NONE_BIT: usize = 1;
+
+// SAFETY: a `Stack` owns its mapping outright (like a `Box<[u8]>`): nothing else refers to it,
+// and which thread unmaps it does not matter. (It holds a raw pointer only to stay two words.)
+unsafe impl Send for Stack {}
+// SAFETY: `&Stack` only reads the top and the size; it gives no access to the memory.
+unsafe impl Sync for Stack {}
 
 impl Stack {
     /// The usable size of the stacks that [`Coroutine::new`](crate::Coroutine::new) takes from
@@ -103,51 +114,87 @@ impl Stack {
                 )
             })?;
         let total = usable + page;
-        let mapping = MmapOptions::new()
-            .len(total)
-            .stack()
-            .no_reserve_swap()
-            .map_anon()
-            .map_err(|e| mapping_error("reserve", size, e))?;
-        let guard = install_guard(mapping.as_ptr(), page)
-            .map_err(|e| mapping_error("protect the guard page of", size, e))?;
-        let base = mapping.as_ptr() as usize;
-        let valgrind_id = valgrind::register_stack(base + page, base + total);
+        // SAFETY: a new private anonymous mapping at an address of the kernel's choosing; it
+        // replaces nothing, and is owned by the Stack built below (or unmapped on error).
+        let base = unsafe {
+            libc::mmap(
+                ptr::null_mut(),
+                total,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(mapping_error("reserve", size, io::Error::last_os_error()));
+        }
+        let base = base as usize;
+        let guard = match install_guard(base as *const u8, page) {
+            Ok(guard) => guard,
+            Err(error) => {
+                // SAFETY: the mapping was made above and nothing refers to it.
+                unsafe { libc::munmap(base as *mut libc::c_void, total) };
+                return Err(mapping_error("protect the guard page of", size, error));
+            }
+        };
+        let limit = base + page;
+        let top = base + total;
+        valgrind::register_stack(limit, top);
         overflow::register_guard(base, page, usable);
+        let guard_bit = match guard {
+            GuardKind::GuardRegion => 0,
+            GuardKind::ProtNone => PROT_NONE_BIT,
+        };
         Ok(Stack {
-            mapping,
-            guard_bytes: u32::try_from(page).expect("a page is smaller than 4 GiB"),
-            guard,
-            valgrind_id,
+            top: NonNull::new(top as *mut u8).expect("a mapping never ends at address 0"),
+            size_and_guard: usable | guard_bit,
         })
     }
 
     /// Usable bytes: the requested size rounded up to whole pages, guard page not included.
+    #[inline]
     pub fn size(&self) -> usize {
-        self.mapping.len() - self.guard_bytes as usize
+        self.size_and_guard & !PROT_NONE_BIT
     }
 
     /// One past the highest usable byte; 16-byte aligned (page aligned, in fact).
+    #[inline]
     pub(crate) fn top(&self) -> NonNull<u8> {
-        let top = self.mapping.as_ptr() as usize + self.mapping.len();
-        NonNull::new(top as *mut u8).expect("a mapping never ends at address 0")
+        self.top
     }
 
     /// The lowest usable byte, just above the guard page.
+    #[inline]
     pub(crate) fn limit(&self) -> usize {
-        self.mapping.as_ptr() as usize + self.guard_bytes as usize
+        self.top.as_ptr() as usize - self.size()
+    }
+
+    /// How the guard page was made inaccessible.
+    fn guard(&self) -> GuardKind {
+        if self.size_and_guard & PROT_NONE_BIT == 0 {
+            GuardKind::GuardRegion
+        } else {
+            GuardKind::ProtNone
+        }
     }
 }
 
 impl Drop for Stack {
     fn drop(&mut self) {
-        overflow::unregister_guard(self.mapping.as_ptr() as usize);
-        valgrind::deregister_stack(self.valgrind_id);
-        // `mapping` unmaps the guard page and the usable range together (and with them a
+        let page = page_size();
+        let base = self.limit() - page;
+        let total = self.size() + page;
+        overflow::unregister_guard(base);
+        valgrind::deregister_stack(self.limit());
+        // Unmapping removes the guard page and the usable range together (and with them a
         // guard region's markers). Unmapping a stack from the middle of a mapping merged with
         // its neighbours splits that mapping, which the kernel refuses only when the process
-        // is already at vm.max_map_count; memmap2 then ignores the error and the range stays
-        // mapped (leaked), never reused.
+        // is already at vm.max_map_count; the error is then ignored and the range stays mapped
+        // (leaked), never reused.
+        // SAFETY: `[base, base + total)` is this stack's own mapping; the stack is being
+        // dropped, so nothing runs on it or refers to it any more.
+        unsafe { libc::munmap(base as *mut libc::c_void, total) };
     }
 }
 
@@ -157,7 +204,7 @@ impl fmt::Debug for Stack {
             .field("limit", &format_args!("{:#x}", self.limit()))
             .field("top", &self.top())
             .field("size", &self.size())
-            .field("guard", &self.guard)
+            .field("guard", &self.guard())
             .finish()
     }
 }
@@ -289,9 +336,20 @@ fn mapping_error(action: &str, size: usize, error: io::Error) -> io::Error {
 mod tests {
     use super::*;
 
-    /// Every green thread holds a `Stack`; recording the guard kind must not make it bigger.
+    /// Every green thread holds a `Stack` and every coroutine moves one in and out: it stays
+    /// two words, and an empty `Option<Stack>` costs nothing more.
     #[test]
-    fn a_stack_handle_is_four_words() {
-        assert_eq!(size_of::<Stack>(), 4 * size_of::<usize>());
+    fn a_stack_handle_is_two_words() {
+        assert_eq!(size_of::<Stack>(), 2 * size_of::<usize>());
+        assert_eq!(size_of::<Option<Stack>>(), 2 * size_of::<usize>());
+    }
+
+    #[test]
+    fn a_stack_reports_its_bounds_and_guard_kind() {
+        let stack = Stack::new(Stack::DEFAULT_SIZE).unwrap();
+        assert_eq!(stack.size(), Stack::DEFAULT_SIZE);
+        assert_eq!(stack.top().as_ptr() as usize % page_size(), 0);
+        assert_eq!(stack.limit() % page_size(), 0);
+        assert_eq!(stack.guard(), guard_kind());
     }
 }

@@ -6,34 +6,159 @@
 //! May not: hold stacks of any other size (they would be handed to callers who asked for the
 //! default), or outlive its thread: the pool is a `thread_local!`, and its stacks are unmapped
 //! when the thread exits. Pooled stacks keep the pages their last coroutine touched.
+//!
+//! Taking or returning a stack is on the path of every coroutine's creation and drop, so both
+//! are a few moves of words:
+//! - The list is intrusive: the pool holds the most recently freed stack, and each pooled
+//!   stack holds the next one in the top bytes of its own usable range (which its last
+//!   coroutine touched anyway, and the next one overwrites). No heap, no `RefCell`.
+//! - The pool's thread-local has no destructor, so reaching it is a plain thread-local access
+//!   with no "already destroyed?" check. The stacks are freed at thread exit by a second
+//!   thread-local, [`DRAIN`], whose destructor the pool registers the first time it keeps a
+//!   stack; until then, and once that destructor has run, the pool has no room and a freed
+//!   stack is unmapped.
 
-use std::cell::RefCell;
+use core::cell::Cell;
+use core::hint;
+use core::mem::ManuallyDrop;
 use std::io;
 
 use super::Stack;
+use crate::overflow;
 
 /// Stacks kept per thread; more than this are unmapped when freed.
 const MAX_POOLED: usize = 64;
 
+/// A thread's pooled stacks: a singly linked list threaded through the stacks themselves.
+///
+/// It owns the stacks in the list, but has no destructor of its own (hence `ManuallyDrop`):
+/// [`DRAIN`] frees them.
+struct Pool {
+    /// The most recently freed stack, whose link holds the rest of the list.
+    head: Cell<Option<ManuallyDrop<Stack>>>,
+    /// How many more stacks the pool keeps: `MAX_POOLED` minus the stacks in the list once
+    /// [`DRAIN`] is registered, and 0 before that and after it has run.
+    room: Cell<usize>,
+    /// Whether [`DRAIN`]'s destructor has been registered (it may also have run since).
+    drain_registered: Cell<bool>,
+}
+
 thread_local! {
-    static POOL: RefCell<Vec<Stack>> = const { RefCell::new(Vec::new()) };
+    static POOL: Pool = const {
+        Pool {
+            head: Cell::new(None),
+            room: Cell::new(0),
+            drain_registered: Cell::new(false),
+        }
+    };
+
+    /// Unmaps this thread's pooled stacks when the thread exits.
+    static DRAIN: Drain = const { Drain };
+}
+
+/// Where a pooled stack keeps the next pooled stack: the top bytes of its usable range, which
+/// are aligned for it (the top is page aligned).
+fn link(stack: &Stack) -> *mut Option<ManuallyDrop<Stack>> {
+    stack
+        .top()
+        .as_ptr()
+        .cast::<Option<ManuallyDrop<Stack>>>()
+        .wrapping_sub(1)
+}
+
+impl Pool {
+    #[inline]
+    fn pop(&self) -> Option<Stack> {
+        let stack = self.head.take()?;
+        // SAFETY: every stack in the list had its link written by `push` (the rest of the
+        // list, moved out of `head` there), and nothing has used the stack since.
+        self.head.set(unsafe { link(&stack).read() });
+        self.room.set(self.room.get() + 1);
+        Some(ManuallyDrop::into_inner(stack))
+    }
+
+    #[inline]
+    fn push(&self, stack: Stack) {
+        let room = self.room.get();
+        if room == 0 {
+            return self.push_without_room(stack);
+        }
+        self.room.set(room - 1);
+        let link = link(&stack);
+        let rest = self.head.replace(Some(ManuallyDrop::new(stack)));
+        // SAFETY: the link lies in the usable range of a stack that nothing runs on (it is
+        // being freed); the rest of the list moves into it, to be read back once by `pop`.
+        unsafe { link.write(rest) };
+    }
+
+    /// `push` when the pool has no room: it is full, or the thread has never pooled a stack
+    /// (then register [`DRAIN`] and make room), or the thread is exiting.
+    #[cold]
+    #[inline(never)]
+    fn push_without_room(&self, stack: Stack) {
+        if self.drain_registered.get() {
+            return; // full, or drained: `stack` is unmapped here
+        }
+        // Reaching DRAIN registers its destructor; it fails only if the thread is exiting and
+        // DRAIN is already gone, and then the stack is unmapped.
+        if DRAIN.try_with(|_| ()).is_err() {
+            return;
+        }
+        self.drain_registered.set(true);
+        self.room.set(MAX_POOLED);
+        // `take_default` promises that a thread taking a pooled stack has an alternate signal
+        // stack. This is the thread that will take it.
+        overflow::ensure_alt_stack();
+        self.push(stack);
+    }
+}
+
+/// Unmaps the pooled stacks of its thread when dropped, and closes the pool.
+struct Drain;
+
+impl Drop for Drain {
+    fn drop(&mut self) {
+        // POOL has no destructor, so it is reachable for as long as the thread runs code.
+        POOL.with(|pool| {
+            pool.room.set(0);
+            while pool.pop().is_some() {}
+            pool.room.set(0);
+        });
+    }
 }
 
 /// A default-size stack: a pooled one if this thread has any, else a new mapping.
+///
+/// The calling thread has an alternate signal stack when this returns
+/// ([`overflow::ensure_alt_stack`]), so a coroutine can run on the stack right away: a new
+/// mapping ensures it, and a pooled stack implies it (the pool ensured it when it first kept
+/// a stack, on this same thread).
 #[inline]
 pub(crate) fn take_default() -> io::Result<Stack> {
-    // During thread teardown the pool may already be gone; then a new stack is mapped.
-    if let Ok(Some(stack)) = POOL.try_with(|pool| pool.borrow_mut().pop()) {
-        return Ok(stack);
-    }
-    map_default()
+    // `try_with` rather than `with`: it is inlined, and it cannot fail (POOL has no destructor).
+    let stack = match POOL.try_with(Pool::pop) {
+        Ok(Some(stack)) => stack,
+        _ => map_default()?,
+    };
+    // SAFETY: the pool keeps only default-size stacks (`recycle` checks), and `map_default`
+    // checks the size of a new one. Telling the compiler lets it drop the size checks of the
+    // stack's first user and of `recycle` when the stack comes back.
+    unsafe { hint::assert_unchecked(stack.size() == Stack::DEFAULT_SIZE) };
+    Ok(stack)
 }
 
 /// The pool is empty: map a new stack (kept out of line; `take_default` is on every spawn).
 #[cold]
 #[inline(never)]
 fn map_default() -> io::Result<Stack> {
-    Stack::new(Stack::DEFAULT_SIZE)
+    overflow::ensure_alt_stack();
+    let stack = Stack::new(Stack::DEFAULT_SIZE)?;
+    assert_eq!(
+        stack.size(),
+        Stack::DEFAULT_SIZE,
+        "greenweave: the page size must divide Stack::DEFAULT_SIZE"
+    );
+    Ok(stack)
 }
 
 /// Returns `stack` to this thread's pool if it is default-size and the pool has room;
@@ -43,11 +168,6 @@ pub(crate) fn recycle(stack: Stack) {
     if stack.size() != Stack::DEFAULT_SIZE {
         return;
     }
-    // During thread teardown the pool may already be gone; then the stack is simply unmapped.
-    let _ = POOL.try_with(|pool| {
-        let mut pool = pool.borrow_mut();
-        if pool.len() < MAX_POOLED {
-            pool.push(stack);
-        }
-    });
+    // `try_with` rather than `with`: it is inlined, and it cannot fail (POOL has no destructor).
+    let _ = POOL.try_with(|pool| pool.push(stack));
 }
