@@ -9,9 +9,10 @@
 //! OS thread. Green threads never move to another OS thread, so nothing here needs `Send`.
 
 use std::any::Any;
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::fmt;
 use std::io;
+use std::marker::PhantomData;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -122,8 +123,6 @@ impl Builder {
             } else {
                 Stack::new(size)?
             };
-            let packet: Rc<Packet<T>> = Rc::new(RefCell::new(None));
-            let slot = packet.clone();
             let body = move |task: &Task| {
                 let result = if scheduler::take_cancellation_before_start(task) {
                     // Cancelled before it ever ran: the closure is dropped unrun.
@@ -133,16 +132,22 @@ impl Builder {
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
                         .map_err(JoinError::from_payload)
                 };
-                *slot.borrow_mut() = Some(result);
+                // SAFETY: this task's result slot holds only an `Outcome<T>`: put here, taken by
+                // its `JoinHandle<T>`.
+                unsafe { task.result.put::<Outcome<T>>(result) };
             };
             let name = self.name.map(String::into_boxed_str);
             let task = scheduler.spawn_task(name, stack, body);
-            Ok(JoinHandle { task, packet })
+            Ok(JoinHandle {
+                task,
+                marker: PhantomData,
+            })
         })
     }
 }
 
-type Packet<T> = RefCell<Option<Result<T, JoinError>>>;
+/// What a green thread ends with, as `join` returns it; kept in its task's result slot.
+type Outcome<T> = Result<T, JoinError>;
 
 /// Why a green thread has no result: it panicked, or it was cancelled.
 pub enum JoinError {
@@ -223,7 +228,9 @@ impl std::error::Error for JoinError {}
 /// Dropping the handle detaches the green thread: it runs on, and its result is dropped.
 pub struct JoinHandle<T> {
     task: Rc<Task>,
-    packet: Rc<Packet<T>>,
+    /// The handle stands for the result in the task's slot (variance and drop check as for
+    /// an owned, mutable `Outcome<T>`).
+    marker: PhantomData<Cell<Option<Outcome<T>>>>,
 }
 
 impl<T> JoinHandle<T> {
@@ -235,7 +242,8 @@ impl<T> JoinHandle<T> {
     /// If a green thread joins itself, or outside a runtime.
     pub fn join(self) -> Result<T, JoinError> {
         loop {
-            if let Some(result) = self.packet.borrow_mut().take() {
+            // SAFETY: the body of this handle's task puts an `Outcome<T>` (`spawn_named`).
+            if let Some(result) = unsafe { self.task.result.take::<Outcome<T>>() } {
                 return result;
             }
             if with_scheduler("JoinHandle::join", |scheduler| {
@@ -258,7 +266,7 @@ impl<T> JoinHandle<T> {
     /// Whether the green thread has finished (returned, panicked or been cancelled), so that
     /// [`join`](JoinHandle::join) will not wait.
     pub fn is_finished(&self) -> bool {
-        self.packet.borrow().is_some()
+        self.task.result.is_set()
     }
 
     /// Cancels the green thread, as gevent's `kill`: at its next park point (or at once, if it
@@ -284,6 +292,20 @@ impl<T> JoinHandle<T> {
     /// The green thread's identity.
     pub fn thread(&self) -> Thread {
         Thread::of(&self.task)
+    }
+}
+
+impl<T> Drop for JoinHandle<T> {
+    /// Detaches the green thread: its result, now or when it finishes, is dropped.
+    fn drop(&mut self) {
+        self.task.result.detach();
+        // After a join this is usually the task's last reference: hand the allocation back
+        // for the next spawn.
+        if self.task.state.get() == TaskState::Finished && scheduler::in_runtime() {
+            with_scheduler("JoinHandle::drop", |scheduler| {
+                scheduler.recycle(&self.task)
+            });
+        }
     }
 }
 
@@ -349,13 +371,7 @@ pub fn current() -> Thread {
 /// Outside a runtime.
 #[inline]
 pub fn yield_now() {
-    scheduler::park(
-        "greenweave::thread::yield_now",
-        Wait::Yield,
-        None,
-        None,
-        |_, _| {},
-    );
+    scheduler::yield_now("greenweave::thread::yield_now");
 }
 
 /// Parks this green thread for at least `duration`; the others run meanwhile.
@@ -397,5 +413,86 @@ pub fn sleep_until(deadline: Instant) {
 fn sleep_until_named(what: &str, deadline: Instant) {
     while Instant::now() < deadline {
         scheduler::park(what, Wait::Sleep, Some(deadline), None, |_, _| {});
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::rc::Rc;
+    use std::time::Duration;
+
+    /// Counts its drops in a shared cell.
+    struct DropCounter(Rc<Cell<usize>>);
+
+    impl Drop for DropCounter {
+        fn drop(&mut self) {
+            self.0.set(self.0.get() + 1);
+        }
+    }
+
+    #[test]
+    fn a_result_nobody_joins_is_dropped_when_the_detached_thread_finishes() {
+        let drops = Rc::new(Cell::new(0));
+        let d = drops.clone();
+        let seen = crate::run(move || {
+            let counter = d.clone();
+            drop(super::spawn(move || DropCounter(counter)));
+            super::yield_now(); // the detached thread runs and finishes
+            d.get()
+        });
+        assert_eq!(seen, 1);
+        assert_eq!(drops.get(), 1);
+    }
+
+    #[test]
+    fn a_result_left_unjoined_is_dropped_with_its_handle() {
+        let drops = Rc::new(Cell::new(0));
+        let d = drops.clone();
+        crate::run(move || {
+            let counter = d.clone();
+            // Larger than the inline room, so it is boxed.
+            let handle = super::spawn(move || [(); 6].map(|()| DropCounter(counter.clone())));
+            super::yield_now();
+            assert!(handle.is_finished());
+            assert_eq!(d.get(), 0);
+            drop(handle);
+            assert_eq!(d.get(), 6);
+        });
+        assert_eq!(drops.get(), 6);
+    }
+
+    #[test]
+    fn a_thread_spawned_after_others_were_joined_starts_afresh() {
+        crate::run(|| {
+            let named = super::Builder::new()
+                .name("first".into())
+                .spawn(super::current)
+                .unwrap();
+            let first = named.join().unwrap();
+            assert_eq!(first.name(), Some("first"));
+            let cancelled = super::spawn(|| ());
+            cancelled.cancel();
+            assert!(cancelled.join().unwrap_err().is_cancelled());
+            // Most likely in the allocation of one of the two above: a new id, no name, no
+            // pending cancellation, and its own result.
+            let next = super::spawn(|| (super::current(), 42));
+            let (thread, answer) = next.join().unwrap();
+            assert_ne!(thread.id(), first.id());
+            assert_eq!(thread.name(), None);
+            assert_eq!(answer, 42);
+        });
+    }
+
+    #[test]
+    fn yield_now_ends_a_timeout_scope_whose_deadline_passed() {
+        crate::run(|| {
+            let outcome = crate::time::timeout(Duration::from_millis(5), || {
+                loop {
+                    super::yield_now();
+                }
+            });
+            assert!(outcome.is_err());
+        });
     }
 }

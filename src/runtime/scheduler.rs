@@ -10,11 +10,12 @@
 //! May not: be reached from another OS thread (everything here is `!Send`); the only way in
 //! from outside is [`RemoteQueue`], an eventfd plus a locked list of wake-ups.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, RefCell, UnsafeCell};
 use std::collections::VecDeque;
 use std::io;
 use std::mem::ManuallyDrop;
 use std::panic::{self, AssertUnwindSafe};
+use std::ptr::NonNull;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -25,7 +26,10 @@ use crate::stack::Stack;
 use crate::sys::eventfd::EventFd;
 
 use super::reactor::{Reactor, ScheduledIo};
-use super::task::{ParkRequest, Task, TaskCoroutine, TaskKey, TaskState, Wait, Wake};
+use super::task::{ParkRequest, Suspend, Task, TaskCoroutine, TaskKey, TaskState, Wait, Wake};
+
+/// How many finished tasks the scheduler keeps for reuse by later spawns.
+const SPARE_TASKS: usize = 64;
 
 /// How many green threads run between two non-blocking polls of epoll when the ready queue
 /// never empties, so a green thread looping on `yield_now` cannot starve I/O.
@@ -72,7 +76,7 @@ pub(crate) struct Scheduler {
     pub(crate) remote: Arc<RemoteQueue>,
     /// Remote operations in flight: while non-zero, a wake-up can come from another thread.
     pub(crate) remote_pending: Cell<usize>,
-    ready: RefCell<VecDeque<Rc<Task>>>,
+    ready: ReadyQueue,
     /// The running task, or null while the scheduler itself runs. Not a counted reference:
     /// `run_task` holds one for exactly as long as this is set.
     current: Cell<*const Task>,
@@ -80,8 +84,51 @@ pub(crate) struct Scheduler {
     tasks: RefCell<TaskTable>,
     timers: RefCell<super::timer::Timers>,
     next_id: Cell<u64>,
+    /// Finished tasks nothing else refers to, kept so a spawn can reuse one instead of
+    /// allocating (at most `SPARE_TASKS`).
+    spare_tasks: RefCell<Vec<Rc<Task>>>,
     runs_since_poll: Cell<u32>,
     pub(crate) default_stack_size: usize,
+}
+
+/// The runnable tasks, in FIFO order.
+///
+/// Not a `RefCell`: every operation is one step that neither hands out a reference into the
+/// queue nor runs code that could reach it (pushing and popping only move an `Rc` in or out;
+/// `clear` empties the queue before dropping the tasks), so no two can overlap, and the
+/// queue's hottest operations pay no borrow flag.
+#[derive(Default)]
+struct ReadyQueue {
+    tasks: UnsafeCell<VecDeque<Rc<Task>>>,
+}
+
+impl ReadyQueue {
+    #[inline]
+    fn push_back(&self, task: Rc<Task>) {
+        // SAFETY: no reference into the queue is live (see the type's comment); growing the
+        // deque runs no code of ours.
+        unsafe { (*self.tasks.get()).push_back(task) }
+    }
+
+    #[inline]
+    fn pop_front(&self) -> Option<Rc<Task>> {
+        // SAFETY: as in `push_back`.
+        unsafe { (*self.tasks.get()).pop_front() }
+    }
+
+    #[inline]
+    fn is_empty(&self) -> bool {
+        // SAFETY: as in `push_back`.
+        unsafe { (*self.tasks.get()).is_empty() }
+    }
+
+    /// Drops every queued task, after emptying the queue: dropping a task can run its
+    /// destructors, which may spawn.
+    fn clear(&self) {
+        // SAFETY: as in `push_back`; the tasks are dropped after the queue is left alone.
+        let tasks = std::mem::take(unsafe { &mut *self.tasks.get() });
+        drop(tasks);
+    }
 }
 
 /// Every unfinished task, in a slab: a task's `slot` is its index, and freed slots are reused
@@ -103,6 +150,7 @@ impl TaskTable {
         self.free.last().copied().unwrap_or(self.slots.len())
     }
 
+    #[inline]
     fn insert(&mut self, task: Rc<Task>) {
         let slot = task.slot;
         debug_assert_eq!(slot, self.next_slot());
@@ -171,20 +219,30 @@ thread_local! {
 ///
 /// # Panics
 /// Outside a runtime, naming `what` and saying how to fix it.
+#[inline]
 pub(crate) fn with_scheduler<R>(what: &str, f: impl FnOnce(&Scheduler) -> R) -> R {
     let scheduler = SCHEDULER.get();
     if scheduler.is_null() {
-        panic!(
-            "{what} called outside a greenweave runtime; wrap the code in greenweave::run \
-             (or Runtime::run) and call it from a green thread"
-        );
+        outside_runtime(what);
     }
     // SAFETY: the pointer is set only while `Scheduler::enter`'s guard lives, during which the
     // scheduler is alive (it is owned by the frame that holds the guard).
     f(unsafe { &*scheduler })
 }
 
+/// The panic of [`with_scheduler`] outside a runtime (out of line: every park and wake-up
+/// passes the check).
+#[cold]
+#[inline(never)]
+fn outside_runtime(what: &str) -> ! {
+    panic!(
+        "{what} called outside a greenweave runtime; wrap the code in greenweave::run \
+         (or Runtime::run) and call it from a green thread"
+    );
+}
+
 /// Whether this thread is inside a runtime.
+#[inline]
 pub(crate) fn in_runtime() -> bool {
     !SCHEDULER.get().is_null()
 }
@@ -212,6 +270,13 @@ unsafe fn current_green_name() -> Option<&'static [u8]> {
     }
 }
 
+/// The panic of code that needs a running green thread but runs on the scheduler itself.
+#[cold]
+#[inline(never)]
+fn not_on_a_green_thread() -> ! {
+    panic!("greenweave: this code must run on a green thread, not the scheduler");
+}
+
 /// Resets the thread's scheduler pointer when `run` ends, normally or by panic.
 struct EnterGuard;
 
@@ -234,11 +299,12 @@ impl Scheduler {
             reactor,
             remote,
             remote_pending: Cell::new(0),
-            ready: RefCell::new(VecDeque::new()),
+            ready: ReadyQueue::default(),
             current: Cell::new(std::ptr::null()),
             tasks: RefCell::new(TaskTable::default()),
             timers: RefCell::new(super::timer::Timers::default()),
             next_id: Cell::new(1),
+            spare_tasks: RefCell::new(Vec::new()),
             runs_since_poll: Cell::new(0),
             default_stack_size,
         }))
@@ -268,7 +334,7 @@ impl Scheduler {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
         let slot = self.tasks.borrow().next_slot();
-        let task = Rc::new(Task::new(id, slot, name));
+        let task = self.new_task(id, slot, name);
         let this: *const Task = Rc::as_ptr(&task);
         let coroutine = TaskCoroutine::with_stack(stack, move |yielder, _first_wake| {
             // SAFETY: the coroutine lives in this task and runs only while the task is alive:
@@ -279,10 +345,37 @@ impl Scheduler {
             this.yielder.set(yielder);
             body(this);
         });
-        *task.coroutine.borrow_mut() = Some(coroutine);
+        let empty = task.coroutine.replace(Some(coroutine));
+        // A new or reused task has no coroutine yet: nothing to drop, so skip the drop glue
+        // (an out-of-line call on every spawn).
+        debug_assert!(empty.is_none());
+        std::mem::forget(empty);
         self.tasks.borrow_mut().insert(task.clone());
-        self.ready.borrow_mut().push_back(task.clone());
+        self.ready.push_back(task.clone());
         task
+    }
+
+    /// A fresh task: a spare one reset, or a new allocation.
+    fn new_task(&self, id: u64, slot: usize, name: Option<Box<str>>) -> Rc<Task> {
+        let spare = self.spare_tasks.borrow_mut().pop();
+        if let Some(mut task) = spare
+            && let Some(reset) = Rc::get_mut(&mut task)
+        {
+            reset.reuse(id, slot, name);
+            return task;
+        }
+        Rc::new(Task::new(id, slot, name))
+    }
+
+    /// Keeps `task` for reuse if it is finished and the caller holds its last reference
+    /// (which the caller then drops).
+    pub(crate) fn recycle(&self, task: &Rc<Task>) {
+        if Rc::strong_count(task) == 1 && task.state.get() == TaskState::Finished {
+            let mut spare = self.spare_tasks.borrow_mut();
+            if spare.len() < SPARE_TASKS {
+                spare.push(task.clone());
+            }
+        }
     }
 
     /// The running task.
@@ -297,11 +390,13 @@ impl Scheduler {
     }
 
     /// Whether `task` is the running task.
+    #[inline]
     pub(crate) fn is_current(&self, task: &Task) -> bool {
         std::ptr::eq(self.current_task_ref(), task)
     }
 
     /// The running task's key, without counting a reference.
+    #[inline]
     pub(crate) fn current_task_key(&self) -> TaskKey {
         // SAFETY: see `current_task_ref`; the reference does not outlive this call.
         unsafe { (*self.current_task_ref()).key() }
@@ -309,22 +404,23 @@ impl Scheduler {
 
     /// The running task, without counting a reference: valid until it next parks (it stays
     /// alive at least until then, held by `run_task`).
+    #[inline]
     fn current_task_ref(&self) -> *const Task {
         let task = self.current.get();
-        assert!(
-            !task.is_null(),
-            "greenweave: this code must run on a green thread, not the scheduler"
-        );
+        if task.is_null() {
+            not_on_a_green_thread();
+        }
         task
     }
 
     /// Makes `task` runnable if it is still in park number `park`, with `wake` as the reason.
+    #[inline]
     pub(crate) fn unpark(&self, task: Rc<Task>, park: u64, wake: Wake) {
         if task.is_in_park(park) {
             task.state.set(TaskState::Runnable);
             task.wake.set(wake);
             task.waiting.set(None);
-            self.ready.borrow_mut().push_back(task);
+            self.ready.push_back(task);
         }
     }
 
@@ -341,7 +437,7 @@ impl Scheduler {
             // empties, so `yield_now` loops cannot starve them (and a busy queue does not pay a
             // system call per task).
             loop {
-                let Some(task) = self.ready.borrow_mut().pop_front() else {
+                let Some(task) = self.ready.pop_front() else {
                     break;
                 };
                 self.run_task(task);
@@ -365,7 +461,7 @@ impl Scheduler {
             }
             // Nothing is ready: wait for I/O until the nearest deadline.
             self.fire_timers();
-            if !self.ready.borrow().is_empty() {
+            if !self.ready.is_empty() {
                 continue;
             }
             let next_deadline = self.timers.borrow_mut().next_deadline();
@@ -375,7 +471,7 @@ impl Scheduler {
                 // A remote wake-up may be queued behind the eventfd (its sender already gone):
                 // look once more, without blocking, before calling it a deadlock.
                 self.poll(Some(Duration::ZERO));
-                if !self.ready.borrow().is_empty() {
+                if !self.ready.is_empty() {
                     continue;
                 }
                 match on_deadlock {
@@ -401,23 +497,23 @@ impl Scheduler {
         };
         self.current.set(std::ptr::null());
         match outcome {
-            CoroutineResult::Yield(()) => self.arm_park(task),
+            CoroutineResult::Yield(Suspend::Yield) => {
+                task.state.set(TaskState::Runnable);
+                self.ready.push_back(task);
+            }
+            CoroutineResult::Yield(Suspend::Park(request)) => {
+                // SAFETY: the request is in the frame of the `park` that just suspended this
+                // task, which is alive until the task is resumed; nothing resumes it before
+                // `arm_park` returns.
+                self.arm_park(task, unsafe { request.as_ref() })
+            }
             CoroutineResult::Return(()) => self.finish(task),
         }
     }
 
     /// Arms what a task asked for when it parked, now that its switch out is complete.
-    fn arm_park(&self, task: Rc<Task>) {
-        let request = task
-            .park_request
-            .take()
-            .expect("a green thread suspends only through park");
+    fn arm_park(&self, task: Rc<Task>, request: &ParkRequest) {
         let park = task.park_number.get();
-        if let Wait::Yield = request.wait {
-            task.state.set(TaskState::Runnable);
-            self.ready.borrow_mut().push_back(task);
-            return;
-        }
         task.state.set(TaskState::Parked);
         if let (Some(io), Wait::Io { interest, .. }) = (&request.io, &request.wait) {
             io.add_waiter(*interest, task.clone(), park);
@@ -437,9 +533,12 @@ impl Scheduler {
         // JoinHandle goes.
         drop(task.coroutine.borrow_mut().take());
         self.tasks.borrow_mut().remove(task.slot);
-        if let Some((joiner, park)) = task.joiner.borrow_mut().take() {
+        let joiner = task.joiner.borrow_mut().take();
+        if let Some((joiner, park)) = joiner {
             self.unpark(joiner, park, Wake::Notified);
         }
+        // A detached task's last reference is this one.
+        self.recycle(&task);
     }
 
     fn fire_timers(&self) {
@@ -553,7 +652,7 @@ impl Scheduler {
                 drop(coroutine);
             }
         }
-        self.ready.borrow_mut().clear();
+        self.ready.clear();
     }
 }
 
@@ -622,37 +721,20 @@ pub(crate) fn park(
         // count update on every park, and nothing of it is used after the suspend.
         let task = ManuallyDrop::new(unsafe { Rc::from_raw(task) });
         deliver_pending_cancellation(&task);
-        // A `time::timeout` in force bounds this park too; if it has passed, it ends the
-        // scope now instead of parking.
-        let scope = task.scope_deadline.get();
-        if let Some((scope_deadline, token)) = scope
-            && Instant::now() >= scope_deadline
-            && !std::thread::panicking()
-        {
-            panic::resume_unwind(Box::new(ScopeElapsed(token)));
-        }
-        // While unwinding, a scope deadline that has passed cannot end the scope (that would
-        // be a second panic); it must not bound this wait either, or every park would return
-        // at once and a destructor waiting for a lock would spin.
-        let scope = scope.filter(|(scope_deadline, _)| {
-            !(std::thread::panicking() && Instant::now() >= *scope_deadline)
-        });
-        let effective_deadline = match (deadline, scope) {
-            (Some(own), Some((scope_deadline, _))) => Some(own.min(scope_deadline)),
-            (own, scope) => own.or(scope.map(|(scope_deadline, _)| scope_deadline)),
+        // A `time::timeout` in force bounds this park too.
+        let (effective_deadline, scope) = match task.scope_deadline.get() {
+            None => (deadline, None),
+            Some(scope) => bound_by_scope(deadline, scope),
         };
-        let yielder = task.yielder.get();
         let park = task.park_number.get() + 1;
         task.park_number.set(park);
         register(&task, park);
-        task.park_request.set(Some(ParkRequest {
+        let request = ParkRequest {
             wait,
             deadline: effective_deadline,
             io: io.clone(),
-        }));
-        // SAFETY: the yielder was set by this green thread's body when it started and lives in
-        // its root frame, which is alive (we are running on this stack).
-        match unsafe { &*yielder }.suspend(()) {
+        };
+        match suspend_to_scheduler(&task, Suspend::Park(NonNull::from(&request))) {
             // Woken to be cancelled: deliver it at the top of the loop. If this thread is
             // already unwinding, the cancellation stays pending and the caller sees a spurious
             // wake-up: it re-checks its condition (parking again re-arms everything), so a
@@ -673,11 +755,75 @@ pub(crate) fn park(
     }
 }
 
+/// Lets every other ready green thread run, then returns: the running green thread goes to the
+/// back of the ready queue. A cancellation point, and bounded by a `time::timeout` in force, as
+/// every park is; but nothing is armed and nothing but the scheduler resumes it, so it takes
+/// no park number and needs no request.
+#[inline]
+pub(crate) fn yield_now(what: &str) {
+    let task = with_scheduler(what, |scheduler| scheduler.current_task_ref());
+    // SAFETY: `run_task` holds the task's Rc until this green thread suspends below, and the
+    // reference is not used after the suspend.
+    let task = unsafe { &*task };
+    deliver_pending_cancellation(task);
+    end_scope_if_elapsed(task.scope_deadline.get());
+    // A yielded task goes straight back to the ready queue, never through `unpark`, so it is
+    // always resumed with `Wake::Notified`; a cancellation requested meanwhile is delivered at
+    // its next park.
+    suspend_to_scheduler(task, Suspend::Yield);
+}
+
+/// Switches from the running green thread `task` back to the scheduler with `suspend`, and
+/// returns why it was resumed.
+#[inline]
+fn suspend_to_scheduler(task: &Task, suspend: Suspend) -> Wake {
+    let yielder = task.yielder.get();
+    // SAFETY: the yielder was set by this green thread's body when it started and lives in
+    // its root frame, which is alive (we are running on this stack).
+    unsafe { &*yielder }.suspend(suspend)
+}
+
+/// The deadline of a park whose own deadline is `deadline`, inside the `time::timeout` scope
+/// `scope` (its deadline and token), and the scope that bounds it, if any. Ends the scope
+/// instead if its deadline has passed.
+#[inline]
+fn bound_by_scope(
+    deadline: Option<Instant>,
+    scope: (Instant, u64),
+) -> (Option<Instant>, Option<(Instant, u64)>) {
+    end_scope_if_elapsed(Some(scope));
+    // While unwinding, a scope deadline that has passed cannot end the scope (that would be a
+    // second panic); it must not bound this wait either, or every park would return at once
+    // and a destructor waiting for a lock would spin.
+    let (scope_deadline, _) = scope;
+    if std::thread::panicking() && Instant::now() >= scope_deadline {
+        return (deadline, None);
+    }
+    let bounded = match deadline {
+        Some(own) => own.min(scope_deadline),
+        None => scope_deadline,
+    };
+    (Some(bounded), Some(scope))
+}
+
+/// Ends the `time::timeout` scope in force by unwinding to it, if its deadline has passed
+/// (and the thread is not already unwinding, when that would be a second panic).
+#[inline]
+fn end_scope_if_elapsed(scope: Option<(Instant, u64)>) {
+    if let Some((scope_deadline, token)) = scope
+        && Instant::now() >= scope_deadline
+        && !std::thread::panicking()
+    {
+        panic::resume_unwind(Box::new(ScopeElapsed(token)));
+    }
+}
+
 /// The panic payload that ends a `time::timeout` scope whose deadline passed, carrying the
 /// token of the `timeout` call it belongs to.
 pub(crate) struct ScopeElapsed(pub(crate) u64);
 
 /// Raises a pending cancellation of `task` (once), unless the thread is already unwinding.
+#[inline]
 fn deliver_pending_cancellation(task: &Task) {
     if task.cancel_requested.get() && !std::thread::panicking() {
         task.cancel_requested.set(false);

@@ -1,14 +1,17 @@
 //! A green thread as the scheduler sees it: a coroutine plus the state of its current park.
 //!
 //! Owns: `Task` (id, table slot, name, coroutine, park bookkeeping, cancellation flag, joiner)
-//! and the vocabulary of parking: why a task waits ([`Wait`]), what it asks the scheduler to arm once
-//! its switch out completes ([`ParkRequest`]), and why it was woken ([`Wake`]).
+//! and the vocabulary of parking: why a task waits ([`Wait`]), what it hands the scheduler when
+//! it switches out ([`Suspend`], with a [`ParkRequest`] to arm once that switch completes), and
+//! why it was woken ([`Wake`]).
 //!
 //! May not: run the scheduler loop or touch the reactor; that is `scheduler`.
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, RefCell, UnsafeCell};
 use std::fmt;
+use std::mem::{self, MaybeUninit};
 use std::os::fd::RawFd;
+use std::ptr::{self, NonNull};
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -31,8 +34,6 @@ pub(crate) enum Wake {
 /// but another green thread could wake it.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Wait {
-    /// `yield_now`: runnable again at once.
-    Yield,
     Sleep,
     Io {
         fd: RawFd,
@@ -51,18 +52,13 @@ impl Wait {
     /// Whether something other than a green thread (a timer, the kernel, another OS thread)
     /// could end this wait, given whether it has a deadline.
     pub(crate) fn can_end_by_itself(&self, has_deadline: bool) -> bool {
-        has_deadline
-            || matches!(
-                self,
-                Wait::Yield | Wait::Sleep | Wait::Io { .. } | Wait::Remote(_)
-            )
+        has_deadline || matches!(self, Wait::Sleep | Wait::Io { .. } | Wait::Remote(_))
     }
 }
 
 impl fmt::Display for Wait {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Wait::Yield => write!(f, "yielding"),
             Wait::Sleep => write!(f, "sleeping"),
             Wait::Io { fd, interest } => write!(f, "waiting for fd {fd} to be {interest}"),
             Wait::Join(id) => write!(f, "joining green thread {id}"),
@@ -70,6 +66,17 @@ impl fmt::Display for Wait {
             Wait::Sync(what) => write!(f, "waiting on {what}"),
         }
     }
+}
+
+/// What a green thread hands the scheduler when it switches out: the value its coroutine
+/// suspends with (one word, so it travels cheaply).
+pub(crate) enum Suspend {
+    /// `yield_now`: back to the end of the ready queue, nothing to arm.
+    Yield,
+    /// A park: arm this, now that the switch out has completed. The request lives in the
+    /// parking green thread's `park` frame, which stays alive (suspended in that park) at
+    /// least until the scheduler has armed it, right after the switch.
+    Park(NonNull<ParkRequest>),
 }
 
 /// What a parking task asks the scheduler to arm after its switch out has completed.
@@ -89,8 +96,8 @@ pub(crate) enum TaskState {
 }
 
 /// The coroutine type every green thread runs in: resumed with why it woke, suspending with
-/// nothing (its park request is in the task).
-pub(crate) type TaskCoroutine = Coroutine<Wake, (), ()>;
+/// what the scheduler should do with it.
+pub(crate) type TaskCoroutine = Coroutine<Wake, Suspend, ()>;
 
 /// How code outside the scheduler's loop (another OS thread, a remote channel) names a green
 /// thread: its slot in the scheduler's task table, and its id, which tells a reused slot apart.
@@ -108,14 +115,12 @@ pub(crate) struct Task {
     /// `None` once finished (the stack is recycled at once).
     pub(crate) coroutine: RefCell<Option<TaskCoroutine>>,
     /// The running body's yielder, set when the body starts. Valid while the coroutine lives.
-    pub(crate) yielder: Cell<*const Yielder<Wake, ()>>,
+    pub(crate) yielder: Cell<*const Yielder<Wake, Suspend>>,
     pub(crate) state: Cell<TaskState>,
     /// Counts parks; wake-ups and timer entries name the park they are for.
     pub(crate) park_number: Cell<u64>,
     /// Set while parked: what it waits for and whether it has a deadline.
     pub(crate) waiting: Cell<Option<(Wait, bool)>>,
-    /// Set by `park` just before the switch out, taken by the scheduler just after it.
-    pub(crate) park_request: Cell<Option<ParkRequest>>,
     pub(crate) wake: Cell<Wake>,
     pub(crate) cancel_requested: Cell<bool>,
     /// The innermost `time::timeout` deadline in force, with the token of the `timeout` call
@@ -123,6 +128,8 @@ pub(crate) struct Task {
     pub(crate) scope_deadline: Cell<Option<(Instant, u64)>>,
     /// The green thread waiting in `join` for this one, with its park number.
     pub(crate) joiner: RefCell<Option<(Rc<Task>, u64)>>,
+    /// Where the body leaves its result for the `JoinHandle`.
+    pub(crate) result: ResultSlot,
 }
 
 impl Task {
@@ -138,12 +145,30 @@ impl Task {
             state: Cell::new(TaskState::Runnable),
             park_number: Cell::new(0),
             waiting: Cell::new(None),
-            park_request: Cell::new(None),
             wake: Cell::new(Wake::Notified),
             cancel_requested: Cell::new(false),
             scope_deadline: Cell::new(None),
             joiner: RefCell::new(None),
+            result: ResultSlot::new(),
         }
+    }
+
+    /// Makes a finished task that nothing else refers to (hence `&mut`) as new, for a spawn
+    /// to reuse its allocation. Its park number keeps counting: no wake-up can name an old
+    /// park, since whatever could send one held a reference.
+    pub(crate) fn reuse(&mut self, id: u64, slot: usize, name: Option<Box<str>>) {
+        debug_assert!(self.state.get() == TaskState::Finished);
+        debug_assert!(self.coroutine.get_mut().is_none() && self.joiner.get_mut().is_none());
+        self.id = id;
+        self.slot = slot;
+        self.name = name;
+        self.yielder.set(std::ptr::null());
+        self.state.set(TaskState::Runnable);
+        self.waiting.set(None);
+        self.wake.set(Wake::Notified);
+        self.cancel_requested.set(false);
+        self.scope_deadline.set(None);
+        self.result.reset();
     }
 
     /// The key that names this task from outside the scheduler's loop.
@@ -165,5 +190,225 @@ impl Task {
             Some(name) => format!("'{name}' (id {})", self.id),
             None => format!("<unnamed> (id {})", self.id),
         }
+    }
+}
+
+/// Room for a green thread's result inside its task, in words: enough for a
+/// `Result<T, JoinError>` with `T` up to three words (a `String`, a `Vec`). A larger or more
+/// aligned result is boxed, and the box stored here.
+const INLINE_RESULT_WORDS: usize = 4;
+
+/// Where a green thread's body leaves its result for its `JoinHandle`, inside the task, so a
+/// spawn needs no allocation of its own for it. The task does not know the result's type: only
+/// the spawning code does (`thread::Builder::spawn`, which puts and takes one type `V` per
+/// task), and the slot keeps a function that drops what it holds.
+pub(crate) struct ResultSlot {
+    /// Drops the stored value in place; `Some` exactly while a value is stored.
+    drop_stored: Cell<Option<unsafe fn(*mut u8)>>,
+    /// No `JoinHandle` is left: a value put from now on is dropped at once.
+    detached: Cell<bool>,
+    storage: UnsafeCell<MaybeUninit<[usize; INLINE_RESULT_WORDS]>>,
+}
+
+impl ResultSlot {
+    fn new() -> ResultSlot {
+        ResultSlot {
+            drop_stored: Cell::new(None),
+            detached: Cell::new(false),
+            storage: UnsafeCell::new(MaybeUninit::uninit()),
+        }
+    }
+
+    /// Whether a `V` is stored in place (otherwise a `Box<V>` is).
+    const fn fits_inline<V>() -> bool {
+        mem::size_of::<V>() <= mem::size_of::<[usize; INLINE_RESULT_WORDS]>()
+            && mem::align_of::<V>() <= mem::align_of::<usize>()
+    }
+
+    /// Stores `value`, or drops it now if the slot is detached.
+    ///
+    /// # Safety
+    /// Every `put` and `take` on this slot uses the same `V`, and nothing is stored yet.
+    pub(crate) unsafe fn put<V>(&self, value: V) {
+        debug_assert!(self.drop_stored.get().is_none());
+        if self.detached.get() {
+            drop(value);
+            return;
+        }
+        let storage = self.storage.get().cast::<u8>();
+        if Self::fits_inline::<V>() {
+            // SAFETY: the storage is empty (caller), and large and aligned enough for a `V`.
+            unsafe { storage.cast::<V>().write(value) };
+            self.drop_stored.set(Some(drop_stored_as::<V>));
+        } else {
+            // SAFETY: as above, for the one-word `Box<V>`.
+            unsafe { storage.cast::<Box<V>>().write(Box::new(value)) };
+            self.drop_stored.set(Some(drop_stored_as::<Box<V>>));
+        }
+    }
+
+    /// Takes the stored value, if there is one.
+    ///
+    /// # Safety
+    /// The value, if any, was stored by `put::<V>` with this same `V`.
+    pub(crate) unsafe fn take<V>(&self) -> Option<V> {
+        // Emptied first: the slot never hands out or drops one value twice.
+        self.drop_stored.take()?;
+        let storage = self.storage.get().cast::<u8>();
+        // SAFETY: a `V` (or a `Box<V>`, as `put` chose by the same test) was stored there
+        // (caller) and was not taken since (`drop_stored` was set); the slot is now empty, so
+        // it is read exactly once.
+        Some(unsafe {
+            if Self::fits_inline::<V>() {
+                storage.cast::<V>().read()
+            } else {
+                *storage.cast::<Box<V>>().read()
+            }
+        })
+    }
+
+    /// Whether a value is stored.
+    pub(crate) fn is_set(&self) -> bool {
+        self.drop_stored.get().is_some()
+    }
+
+    /// The `JoinHandle` is gone: drops the value stored, and any put later.
+    pub(crate) fn detach(&self) {
+        self.detached.set(true);
+        self.clear();
+    }
+
+    /// Empty and attached again, as new.
+    fn reset(&mut self) {
+        self.clear();
+        self.detached.set(false);
+    }
+
+    fn clear(&self) {
+        // Emptied before the drop runs, so a destructor that reaches this task sees it empty.
+        if let Some(drop_stored) = self.drop_stored.take() {
+            // SAFETY: `drop_stored` was set by `put` together with the value it drops, which is
+            // still there (nothing took it: `take` clears `drop_stored`).
+            unsafe { drop_stored(self.storage.get().cast::<u8>()) };
+        }
+    }
+}
+
+impl Drop for ResultSlot {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+/// Drops the `V` at `storage`.
+///
+/// # Safety
+/// `storage` holds a `V` that is not used again.
+unsafe fn drop_stored_as<V>(storage: *mut u8) {
+    // SAFETY: the caller's contract.
+    unsafe { ptr::drop_in_place(storage.cast::<V>()) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Counts its drops in a shared cell.
+    struct DropCounter(Rc<Cell<usize>>);
+
+    impl Drop for DropCounter {
+        fn drop(&mut self) {
+            self.0.set(self.0.get() + 1);
+        }
+    }
+
+    /// A result slot that only ever holds `V`, which makes `put` and `take` safe to call.
+    struct TypedSlot<V> {
+        slot: ResultSlot,
+        marker: std::marker::PhantomData<V>,
+    }
+
+    impl<V> TypedSlot<V> {
+        fn new() -> Self {
+            TypedSlot {
+                slot: ResultSlot::new(),
+                marker: std::marker::PhantomData,
+            }
+        }
+
+        fn put(&self, value: V) {
+            // SAFETY: this slot only ever holds a `V`, and the tests put at most once before
+            // taking.
+            unsafe { self.slot.put(value) }
+        }
+
+        fn take(&self) -> Option<V> {
+            // SAFETY: this slot only ever holds a `V`.
+            unsafe { self.slot.take() }
+        }
+    }
+
+    #[test]
+    fn a_result_slot_hands_back_what_was_put_inline_or_boxed_once() {
+        let small = TypedSlot::<u64>::new();
+        assert!(!small.slot.is_set());
+        small.put(7);
+        assert!(small.slot.is_set());
+        assert_eq!(small.take(), Some(7));
+        assert_eq!(small.take(), None);
+
+        let large = TypedSlot::<[u64; 16]>::new();
+        assert!(!ResultSlot::fits_inline::<[u64; 16]>());
+        large.put([3; 16]);
+        assert_eq!(large.take(), Some([3; 16]));
+        assert!(!large.slot.is_set());
+    }
+
+    #[test]
+    fn a_detached_result_slot_drops_what_it_holds_and_whatever_is_put_later() {
+        let drops = Rc::new(Cell::new(0));
+        let slot = TypedSlot::new();
+        slot.put(DropCounter(drops.clone()));
+        slot.slot.detach();
+        assert_eq!(drops.get(), 1);
+        assert!(!slot.slot.is_set());
+        slot.put(DropCounter(drops.clone()));
+        assert_eq!(drops.get(), 2);
+        assert!(!slot.slot.is_set());
+    }
+
+    #[test]
+    fn a_result_slot_drops_an_untaken_value_inline_or_boxed_with_itself() {
+        let drops = Rc::new(Cell::new(0));
+        let inline = TypedSlot::new();
+        inline.put(DropCounter(drops.clone()));
+        let boxed = TypedSlot::new();
+        assert!(!ResultSlot::fits_inline::<[DropCounter; 5]>());
+        boxed.put([(); 5].map(|()| DropCounter(drops.clone())));
+        drop(inline);
+        assert_eq!(drops.get(), 1);
+        drop(boxed);
+        assert_eq!(drops.get(), 6);
+    }
+
+    #[test]
+    fn a_reused_task_is_as_new_with_its_new_identity() {
+        let mut task = Task::new(1, 0, Some("first".into()));
+        task.state.set(TaskState::Finished);
+        task.cancel_requested.set(true);
+        task.result.detach();
+        task.park_number.set(5);
+        task.reuse(2, 3, None);
+        assert_eq!(task.key(), TaskKey { slot: 3, id: 2 });
+        assert!(task.name.is_none());
+        assert_eq!(task.state.get(), TaskState::Runnable);
+        assert!(!task.cancel_requested.get());
+        assert!(task.waiting.get().is_none());
+        // Attached again: a value put now is kept for the new handle.
+        // SAFETY: this slot only ever holds a u8.
+        unsafe { task.result.put::<u8>(1) };
+        assert!(task.result.is_set());
+        // Parks keep counting, so no wake-up for an old park can match a new one.
+        assert_eq!(task.park_number.get(), 5);
     }
 }

@@ -22,7 +22,7 @@
 //! });
 //! ```
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::VecDeque;
 use std::fmt;
 use std::rc::Rc;
@@ -53,8 +53,8 @@ struct Shared<T> {
     receivers_waiting: RefCell<VecDeque<(Rc<Task>, u64)>>,
     /// Senders of a bounded channel waiting for room (or for their message to be taken).
     senders_waiting: WaitQueue,
-    /// Messages from other OS threads, once a remote sender exists.
-    inbox: RefCell<Option<Arc<Inbox<T>>>>,
+    /// Messages from other OS threads, once a remote sender exists (set once, never removed).
+    inbox: OnceCell<Arc<Inbox<T>>>,
 }
 
 impl<T> Shared<T> {
@@ -68,7 +68,7 @@ impl<T> Shared<T> {
             receiver_alive: Cell::new(true),
             receivers_waiting: RefCell::new(VecDeque::new()),
             senders_waiting: WaitQueue::new(),
-            inbox: RefCell::new(None),
+            inbox: OnceCell::new(),
         })
     }
 
@@ -104,10 +104,7 @@ impl<T> Shared<T> {
     }
 
     fn remote_senders(&self) -> usize {
-        self.inbox
-            .borrow()
-            .as_ref()
-            .map_or(0, |inbox| inbox.lock().senders)
+        self.inbox.get().map_or(0, |inbox| inbox.lock().senders)
     }
 }
 
@@ -215,8 +212,7 @@ impl<T: Send> Sender<T> {
     /// });
     /// ```
     pub fn remote(&self) -> RemoteSender<T> {
-        let mut inbox = self.shared.inbox.borrow_mut();
-        let inbox = inbox.get_or_insert_with(|| {
+        let inbox = self.shared.inbox.get_or_init(|| {
             let remote = with_scheduler("Sender::remote", |scheduler| scheduler.remote.clone());
             Arc::new(Inbox {
                 state: Mutex::new(InboxState {
@@ -476,7 +472,7 @@ impl<T> Receiver<T> {
                         .receivers_waiting
                         .borrow_mut()
                         .push_back((task.clone(), park));
-                    if let Some(inbox) = &*self.shared.inbox.borrow() {
+                    if let Some(inbox) = self.shared.inbox.get() {
                         let mut state = inbox.lock();
                         state.waiting.push(task.key());
                         if !state.messages.is_empty() || state.senders == 0 {
@@ -487,7 +483,7 @@ impl<T> Receiver<T> {
                     }
                 },
             );
-            if let Some(inbox) = &*self.shared.inbox.borrow() {
+            if let Some(inbox) = self.shared.inbox.get() {
                 let me = with_scheduler("Receiver::recv", |scheduler| scheduler.current_task_key());
                 inbox.lock().waiting.retain(|&key| key != me);
             }
@@ -515,9 +511,19 @@ impl<T> Receiver<T> {
             }
             return Some(message);
         }
-        let inbox = shared.inbox.borrow();
-        inbox
-            .as_ref()
+        if shared.inbox.get().is_some() {
+            return self.take_remote();
+        }
+        None
+    }
+
+    /// The next message from other threads, once a remote sender exists (out of line, so the
+    /// local path of `take` stays small).
+    #[inline(never)]
+    fn take_remote(&self) -> Option<T> {
+        self.shared
+            .inbox
+            .get()
             .and_then(|inbox| inbox.lock().messages.pop_front())
     }
 
@@ -528,8 +534,7 @@ impl<T> Receiver<T> {
             && self
                 .shared
                 .inbox
-                .borrow()
-                .as_ref()
+                .get()
                 .is_none_or(|inbox| inbox.lock().messages.is_empty())
     }
 }
@@ -538,7 +543,7 @@ impl<T> Drop for Receiver<T> {
     fn drop(&mut self) {
         let shared = &self.shared;
         shared.receiver_alive.set(false);
-        if let Some(inbox) = &*shared.inbox.borrow() {
+        if let Some(inbox) = shared.inbox.get() {
             let mut state = inbox.lock();
             state.receiver_alive = false;
             state.messages.clear();
