@@ -857,6 +857,14 @@ fn green_thread_calls_outside_a_runtime_panic_saying_to_use_run() {
 }
 
 #[test]
+fn sleeps_that_need_no_wait_still_panic_outside_a_runtime() {
+    assert_needs_a_runtime("sleep(0)", || thread::sleep(Duration::ZERO));
+    assert_needs_a_runtime("sleep_until(past)", || {
+        thread::sleep_until(Instant::now() - Duration::from_millis(1))
+    });
+}
+
+#[test]
 fn the_outside_a_runtime_panic_names_the_call() {
     let message = expect_panic(thread::yield_now);
     assert!(message.contains("yield_now"), "{message:?}");
