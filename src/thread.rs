@@ -257,7 +257,7 @@ impl<T> JoinHandle<T> {
                 None,
                 None,
                 |me, park| {
-                    *self.task.joiner.borrow_mut() = Some((me.clone(), park));
+                    self.task.joiner.set(Some((me.clone(), park)));
                 },
             );
         }

@@ -422,3 +422,66 @@ fn green_threads_sharing_one_receiver_each_get_distinct_messages() {
     all.sort();
     assert_eq!(all, (0..30).collect::<Vec<_>>());
 }
+
+#[test]
+fn green_threads_sharing_one_receiver_are_served_in_the_order_they_parked() {
+    let got = greenweave::run(|| {
+        let (tx, rx) = mpsc::channel::<u32>();
+        let rx = Rc::new(rx);
+        let got = Rc::new(RefCell::new(Vec::new()));
+        // Spawned in this order, so they park in `recv` in this order: the first waits alone,
+        // the others behind it.
+        let workers: Vec<_> = (0..4)
+            .map(|worker| {
+                let (rx, got) = (rx.clone(), got.clone());
+                greenweave::spawn(move || {
+                    let message = rx.recv().unwrap();
+                    got.borrow_mut().push((worker, message));
+                })
+            })
+            .collect();
+        thread::yield_now();
+        for n in 0..4 {
+            tx.send(n * 10).unwrap();
+            thread::yield_now(); // the woken worker takes its message before the next send
+        }
+        for worker in workers {
+            worker.join().unwrap();
+        }
+        got.take()
+    });
+    assert_eq!(got, [(0, 0), (1, 10), (2, 20), (3, 30)]);
+}
+
+#[test]
+fn a_send_skips_a_receiver_that_timed_out_and_wakes_the_next_one_waiting() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::channel::<u32>();
+        let rx = Rc::new(rx);
+        let impatient = greenweave::spawn({
+            let rx = rx.clone();
+            move || rx.recv_timeout(Duration::from_millis(1))
+        });
+        let patient = greenweave::spawn({
+            let rx = rx.clone();
+            move || rx.recv()
+        });
+        thread::yield_now(); // both parked, the impatient one first
+        assert_eq!(
+            impatient.join().unwrap(),
+            Err(mpsc::RecvTimeoutError::Timeout)
+        );
+        // The impatient receiver's stale entry is still at the front: a waiter parked now
+        // queues behind the patient one.
+        let late = greenweave::spawn({
+            let rx = rx.clone();
+            move || rx.recv()
+        });
+        thread::yield_now();
+        tx.send(1).unwrap();
+        assert_eq!(patient.join().unwrap(), Ok(1));
+        assert!(!late.is_finished());
+        tx.send(2).unwrap();
+        assert_eq!(late.join().unwrap(), Ok(2));
+    });
+}

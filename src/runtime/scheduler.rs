@@ -145,19 +145,28 @@ struct TaskTable {
 }
 
 impl TaskTable {
-    /// The slot the next `insert` will use.
-    fn next_slot(&self) -> usize {
-        self.free.last().copied().unwrap_or(self.slots.len())
+    /// Takes the slot the next task will fill (`fill`): the last freed one, or a new one at
+    /// the end. A slot reserved and never filled (a spawn that panicked in between) stays
+    /// empty for good, which every lookup tolerates.
+    #[inline]
+    fn reserve(&mut self) -> usize {
+        match self.free.pop() {
+            Some(slot) => slot,
+            None => {
+                self.slots.push(None);
+                self.slots.len() - 1
+            }
+        }
     }
 
+    /// Puts `task` in the slot reserved for it.
     #[inline]
-    fn insert(&mut self, task: Rc<Task>) {
+    fn fill(&mut self, task: Rc<Task>) {
         let slot = task.slot;
-        debug_assert_eq!(slot, self.next_slot());
-        if self.free.pop().is_none() {
-            self.slots.push(None);
-        }
-        self.slots[slot] = Some(task);
+        // The reserved slot is empty: nothing to drop (skipping the drop glue's test).
+        let empty = self.slots[slot].replace(task);
+        debug_assert!(empty.is_none());
+        std::mem::forget(empty);
         self.len += 1;
     }
 
@@ -210,6 +219,13 @@ impl Drop for TaskTable {
     }
 }
 
+/// A new task's allocation, when no spare one is left (out of line: a spawn+join loop reuses
+/// one task, and `Task::new` is a large frame).
+#[inline(never)]
+fn allocate_task(id: u64, slot: usize, name: Option<Box<str>>) -> Rc<Task> {
+    Rc::new(Task::new(id, slot, name))
+}
+
 thread_local! {
     /// The scheduler running on this OS thread, or null outside `run`.
     static SCHEDULER: Cell<*const Scheduler> = const { Cell::new(std::ptr::null()) };
@@ -239,6 +255,26 @@ fn outside_runtime(what: &str) -> ! {
         "{what} called outside a greenweave runtime; wrap the code in greenweave::run \
          (or Runtime::run) and call it from a green thread"
     );
+}
+
+/// Wakes `task` (with `Wake::Notified`) if it is still in park number `park`, as a green
+/// synchronisation primitive does; returns whether it was.
+///
+/// # Panics
+/// If it is, outside a runtime (a primitive used after its runtime ended).
+#[inline]
+pub(crate) fn notify(task: Rc<Task>, park: u64) -> bool {
+    if !task.is_in_park(park) {
+        return false;
+    }
+    let scheduler = SCHEDULER.get();
+    if scheduler.is_null() {
+        drop(task);
+        outside_runtime("a green synchronisation primitive");
+    }
+    // SAFETY: as in `with_scheduler`: the pointer is set only while the scheduler is alive.
+    unsafe { &*scheduler }.make_runnable(task, Wake::Notified);
+    true
 }
 
 /// Whether this thread is inside a runtime.
@@ -333,7 +369,7 @@ impl Scheduler {
     ) -> Rc<Task> {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
-        let slot = self.tasks.borrow().next_slot();
+        let slot = self.tasks.borrow_mut().reserve();
         let task = self.new_task(id, slot, name);
         let this: *const Task = Rc::as_ptr(&task);
         let coroutine = TaskCoroutine::with_stack(stack, move |yielder, _first_wake| {
@@ -350,12 +386,13 @@ impl Scheduler {
         // (an out-of-line call on every spawn).
         debug_assert!(empty.is_none());
         std::mem::forget(empty);
-        self.tasks.borrow_mut().insert(task.clone());
+        self.tasks.borrow_mut().fill(task.clone());
         self.ready.push_back(task.clone());
         task
     }
 
     /// A fresh task: a spare one reset, or a new allocation.
+    #[inline(always)]
     fn new_task(&self, id: u64, slot: usize, name: Option<Box<str>>) -> Rc<Task> {
         let spare = self.spare_tasks.borrow_mut().pop();
         if let Some(mut task) = spare
@@ -364,17 +401,24 @@ impl Scheduler {
             reset.reuse(id, slot, name);
             return task;
         }
-        Rc::new(Task::new(id, slot, name))
+        allocate_task(id, slot, name)
     }
 
     /// Keeps `task` for reuse if it is finished and the caller holds its last reference
     /// (which the caller then drops).
+    #[inline]
     pub(crate) fn recycle(&self, task: &Rc<Task>) {
         if Rc::strong_count(task) == 1 && task.state.get() == TaskState::Finished {
-            let mut spare = self.spare_tasks.borrow_mut();
-            if spare.len() < SPARE_TASKS {
-                spare.push(task.clone());
-            }
+            self.keep_spare(task);
+        }
+    }
+
+    /// Keeps a finished, otherwise unreferenced `task` for a later spawn, if there is room.
+    #[inline]
+    fn keep_spare(&self, task: &Rc<Task>) {
+        let mut spare = self.spare_tasks.borrow_mut();
+        if spare.len() < SPARE_TASKS {
+            spare.push(task.clone());
         }
     }
 
@@ -417,11 +461,17 @@ impl Scheduler {
     #[inline]
     pub(crate) fn unpark(&self, task: Rc<Task>, park: u64, wake: Wake) {
         if task.is_in_park(park) {
-            task.state.set(TaskState::Runnable);
-            task.wake.set(wake);
-            task.waiting.set(None);
-            self.ready.push_back(task);
+            self.make_runnable(task, wake);
         }
+    }
+
+    /// Queues a parked `task` to run, woken for `wake`.
+    #[inline]
+    fn make_runnable(&self, task: Rc<Task>, wake: Wake) {
+        task.state.set(TaskState::Runnable);
+        task.wake.set(wake);
+        task.waiting.set(None);
+        self.ready.push_back(task);
     }
 
     /// Runs tasks until `done()` is true (returning `true`), or until every remaining task is
@@ -503,8 +553,8 @@ impl Scheduler {
             }
             CoroutineResult::Yield(Suspend::Park(request)) => {
                 // SAFETY: the request is in the frame of the `park` that just suspended this
-                // task, which is alive until the task is resumed; nothing resumes it before
-                // `arm_park` returns.
+                // task, which is alive until the task is resumed, and so is the `io` it borrows
+                // (an argument of that `park`); nothing resumes it before `arm_park` returns.
                 self.arm_park(task, unsafe { request.as_ref() })
             }
             CoroutineResult::Return(()) => self.finish(task),
@@ -512,10 +562,10 @@ impl Scheduler {
     }
 
     /// Arms what a task asked for when it parked, now that its switch out is complete.
-    fn arm_park(&self, task: Rc<Task>, request: &ParkRequest) {
+    fn arm_park(&self, task: Rc<Task>, request: &ParkRequest<'_>) {
         let park = task.park_number.get();
         task.state.set(TaskState::Parked);
-        if let (Some(io), Wait::Io { interest, .. }) = (&request.io, &request.wait) {
+        if let (Some(io), Wait::Io { interest, .. }) = (request.io, &request.wait) {
             io.add_waiter(*interest, task.clone(), park);
         }
         if let Some(deadline) = request.deadline {
@@ -533,8 +583,7 @@ impl Scheduler {
         // JoinHandle goes.
         drop(task.coroutine.borrow_mut().take());
         self.tasks.borrow_mut().remove(task.slot);
-        let joiner = task.joiner.borrow_mut().take();
-        if let Some((joiner, park)) = joiner {
+        if let Some((joiner, park)) = task.joiner.take() {
             self.unpark(joiner, park, Wake::Notified);
         }
         // A detached task's last reference is this one.
@@ -714,6 +763,7 @@ pub(crate) fn park(
     io: Option<Rc<ScheduledIo>>,
     mut register: impl FnMut(&Rc<Task>, u64),
 ) -> Wake {
+    let io = io.as_deref();
     loop {
         let task = with_scheduler(what, |scheduler| scheduler.current_task_ref());
         // SAFETY: `task` came from the Rc that `run_task` holds until this green thread
@@ -732,9 +782,12 @@ pub(crate) fn park(
         let request = ParkRequest {
             wait,
             deadline: effective_deadline,
-            io: io.clone(),
+            io,
         };
-        match suspend_to_scheduler(&task, Suspend::Park(NonNull::from(&request))) {
+        // The request's lifetime is erased for the trip through the coroutine: the scheduler
+        // reads it before this frame (and `io`, which it borrows) can go (see `Suspend::Park`).
+        let request = NonNull::from(&request).cast::<ParkRequest<'static>>();
+        match suspend_to_scheduler(&task, Suspend::Park(request)) {
             // Woken to be cancelled: deliver it at the top of the loop. If this thread is
             // already unwinding, the cancellation stays pending and the caller sees a spurious
             // wake-up: it re-checks its condition (parking again re-arms everything), so a

@@ -75,15 +75,17 @@ pub(crate) enum Suspend {
     Yield,
     /// A park: arm this, now that the switch out has completed. The request lives in the
     /// parking green thread's `park` frame, which stays alive (suspended in that park) at
-    /// least until the scheduler has armed it, right after the switch.
-    Park(NonNull<ParkRequest>),
+    /// least until the scheduler has armed it, right after the switch; so does what it
+    /// borrows (the lifetime is erased here, not extended).
+    Park(NonNull<ParkRequest<'static>>),
 }
 
 /// What a parking task asks the scheduler to arm after its switch out has completed.
-pub(crate) struct ParkRequest {
+pub(crate) struct ParkRequest<'a> {
     pub(crate) wait: Wait,
     pub(crate) deadline: Option<Instant>,
-    pub(crate) io: Option<Rc<ScheduledIo>>,
+    /// The fd's readiness to wait on, borrowed from `park`'s caller (no count per park).
+    pub(crate) io: Option<&'a ScheduledIo>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,7 +129,7 @@ pub(crate) struct Task {
     /// that owns it; every park is bounded by it.
     pub(crate) scope_deadline: Cell<Option<(Instant, u64)>>,
     /// The green thread waiting in `join` for this one, with its park number.
-    pub(crate) joiner: RefCell<Option<(Rc<Task>, u64)>>,
+    pub(crate) joiner: Cell<Option<(Rc<Task>, u64)>>,
     /// Where the body leaves its result for the `JoinHandle`.
     pub(crate) result: ResultSlot,
 }
@@ -148,7 +150,7 @@ impl Task {
             wake: Cell::new(Wake::Notified),
             cancel_requested: Cell::new(false),
             scope_deadline: Cell::new(None),
-            joiner: RefCell::new(None),
+            joiner: Cell::new(None),
             result: ResultSlot::new(),
         }
     }
@@ -156,6 +158,7 @@ impl Task {
     /// Makes a finished task that nothing else refers to (hence `&mut`) as new, for a spawn
     /// to reuse its allocation. Its park number keeps counting: no wake-up can name an old
     /// park, since whatever could send one held a reference.
+    #[inline]
     pub(crate) fn reuse(&mut self, id: u64, slot: usize, name: Option<Box<str>>) {
         debug_assert!(self.state.get() == TaskState::Finished);
         debug_assert!(self.coroutine.get_mut().is_none() && self.joiner.get_mut().is_none());
@@ -273,17 +276,20 @@ impl ResultSlot {
     }
 
     /// The `JoinHandle` is gone: drops the value stored, and any put later.
+    #[inline]
     pub(crate) fn detach(&self) {
         self.detached.set(true);
         self.clear();
     }
 
     /// Empty and attached again, as new.
+    #[inline]
     fn reset(&mut self) {
         self.clear();
         self.detached.set(false);
     }
 
+    #[inline]
     fn clear(&self) {
         // Emptied before the drop runs, so a destructor that reaches this task sees it empty.
         if let Some(drop_stored) = self.drop_stored.take() {

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 pub use std::sync::mpsc::{RecvError, RecvTimeoutError, SendError, TryRecvError, TrySendError};
 
 use crate::runtime::scheduler::{self, RemoteQueue, with_scheduler};
-use crate::runtime::task::{Task, TaskKey, Wait, Wake};
+use crate::runtime::task::{TaskKey, Wait, Wake};
 
 use super::wait_queue::WaitQueue;
 
@@ -50,7 +50,7 @@ struct Shared<T> {
     receiver_alive: Cell<bool>,
     /// Green threads parked in a receive, with their park numbers, in arrival order. Usually
     /// one; several when green threads share the receiver (through an `Rc`).
-    receivers_waiting: RefCell<VecDeque<(Rc<Task>, u64)>>,
+    receivers_waiting: WaitQueue,
     /// Senders of a bounded channel waiting for room (or for their message to be taken).
     senders_waiting: WaitQueue,
     /// Messages from other OS threads, once a remote sender exists (set once, never removed).
@@ -66,32 +66,21 @@ impl<T> Shared<T> {
             next_taken: Cell::new(0),
             senders: Cell::new(1),
             receiver_alive: Cell::new(true),
-            receivers_waiting: RefCell::new(VecDeque::new()),
+            receivers_waiting: WaitQueue::new(),
             senders_waiting: WaitQueue::new(),
             inbox: OnceCell::new(),
         })
     }
 
     /// Wakes the longest-waiting receiver still parked.
+    #[inline]
     fn wake_receiver(&self) {
-        loop {
-            let Some((task, park)) = self.receivers_waiting.borrow_mut().pop_front() else {
-                return;
-            };
-            if task.is_in_park(park) {
-                with_scheduler("a channel", |scheduler| {
-                    scheduler.unpark(task, park, Wake::Notified)
-                });
-                return;
-            }
-        }
+        self.receivers_waiting.notify_one();
     }
 
     /// Wakes every parked receiver (the channel was disconnected).
     fn wake_all_receivers(&self) {
-        while !self.receivers_waiting.borrow().is_empty() {
-            self.wake_receiver();
-        }
+        self.receivers_waiting.notify_all();
     }
 
     /// Appends a message; returns its sequence number.
@@ -310,12 +299,7 @@ impl<T> SyncSender<T> {
         }
         let bound = shared.bound.expect("a SyncSender's channel is bounded");
         let room = if bound == 0 {
-            shared
-                .receivers_waiting
-                .borrow()
-                .iter()
-                .any(|(task, park)| task.is_in_park(*park))
-                && shared.queue.borrow().is_empty()
+            shared.receivers_waiting.has_parked_waiter() && shared.queue.borrow().is_empty()
         } else {
             shared.queue.borrow().len() < bound
         };
@@ -424,12 +408,12 @@ impl<T> Receiver<T> {
     /// # Panics
     /// If it has to park outside a runtime.
     pub fn recv(&self) -> Result<T, RecvError> {
-        self.recv_until(None).map_err(|_| RecvError)
+        self.recv_without_deadline()
     }
 
     /// Like [`recv`](Self::recv), giving up after `timeout`.
     pub fn recv_timeout(&self, timeout: Duration) -> Result<T, RecvTimeoutError> {
-        self.recv_until(Instant::now().checked_add(timeout))
+        self.recv_with_deadline(Instant::now().checked_add(timeout))
     }
 
     /// Takes a message if one is there, without parking.
@@ -451,6 +435,21 @@ impl<T> Receiver<T> {
         TryIter { receiver: self }
     }
 
+    /// `recv_until(None)`, compiled on its own so that every deadline check folds away (the
+    /// ping-pong of a plain `recv` is the channel's hottest path).
+    #[inline(never)]
+    fn recv_without_deadline(&self) -> Result<T, RecvError> {
+        self.recv_until(None).map_err(|_| RecvError)
+    }
+
+    /// `recv_until` for `recv_timeout`, out of line like `recv_without_deadline`.
+    #[inline(never)]
+    fn recv_with_deadline(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        self.recv_until(deadline)
+    }
+
+    /// Inlined into its two callers above, each of which gets its own copy.
+    #[inline(always)]
     fn recv_until(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
         loop {
             if let Some(message) = self.take() {
@@ -468,10 +467,7 @@ impl<T> Receiver<T> {
                 deadline,
                 None,
                 |task, park| {
-                    self.shared
-                        .receivers_waiting
-                        .borrow_mut()
-                        .push_back((task.clone(), park));
+                    self.shared.receivers_waiting.push(task.clone(), park);
                     if let Some(inbox) = self.shared.inbox.get() {
                         let mut state = inbox.lock();
                         state.waiting.push(task.key());
@@ -497,17 +493,13 @@ impl<T> Receiver<T> {
     }
 
     /// The next message, local first, then from other threads.
+    #[inline]
     fn take(&self) -> Option<T> {
         let shared = &self.shared;
         if let Some((seq, message)) = shared.queue.borrow_mut().pop_front() {
             shared.next_taken.set(seq + 1);
-            if shared.bound.is_some() && scheduler::in_runtime() {
-                // Room for a parked sender (bounded), or a rendezvous sender's message taken.
-                if shared.bound == Some(0) {
-                    shared.senders_waiting.notify_all();
-                } else {
-                    shared.senders_waiting.notify_one();
-                }
+            if let Some(bound) = shared.bound {
+                self.wake_senders(bound);
             }
             return Some(message);
         }
@@ -515,6 +507,21 @@ impl<T> Receiver<T> {
             return self.take_remote();
         }
         None
+    }
+
+    /// After a message of a bounded channel was taken: wakes a sender parked for room, or
+    /// every rendezvous sender (one of them waits for this message). Out of line, so the
+    /// unbounded path of `take` stays small.
+    #[inline(never)]
+    fn wake_senders(&self, bound: usize) {
+        if !scheduler::in_runtime() {
+            return;
+        }
+        if bound == 0 {
+            self.shared.senders_waiting.notify_all();
+        } else {
+            self.shared.senders_waiting.notify_one();
+        }
     }
 
     /// The next message from other threads, once a remote sender exists (out of line, so the
