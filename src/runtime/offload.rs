@@ -1,6 +1,6 @@
 //! Running a blocking call on another OS thread while only the calling green thread waits.
 //!
-//! Owns: [`on_os_thread`] (a scoped OS thread per call, so the call may borrow from the green
+//! Owns: `on_os_thread` (a scoped OS thread per call, so the call may borrow from the green
 //! thread's stack: hostname resolution) and [`unblock`] (a small pool of helper OS threads for
 //! `'static` work: file I/O, CPU-heavy work). Either way the green thread parks, and the helper
 //! wakes it through the runtime's remote queue when done.
