@@ -227,9 +227,10 @@ impl<T: FromGreenletExit + 'static> Greenlet<T> {
         let start = unsafe { fiber::launch(&stack, run, greenlet_entry::<T, F>) };
         let record = Rc::new(Record {
             id: next_id(),
-            state: Cell::new(State::Unstarted(start)),
+            waiting: Cell::new(Some(Expected::of::<T>())),
+            context: Cell::new(start),
+            phase: Cell::new(Phase::Unstarted),
             parent: RefCell::new(Some(parent.clone())),
-            expects: Cell::new(Expected::of::<T>()),
             stack: Cell::new(Some(stack)),
             kill: kill::<T>,
         });
@@ -322,12 +323,12 @@ impl<T> Greenlet<T> {
 
     /// Whether `run` has been entered (always true for a main greenlet).
     pub fn is_started(&self) -> bool {
-        !matches!(self.record.state.get(), State::Unstarted(_))
+        !matches!(self.record.state(), State::Unstarted)
     }
 
     /// Whether `run` has ended (returned, panicked or been killed). A main greenlet never dies.
     pub fn is_dead(&self) -> bool {
-        matches!(self.record.state.get(), State::Dead)
+        matches!(self.record.state(), State::Dead)
     }
 
     /// Started and not dead.
@@ -360,10 +361,10 @@ impl<T> Eq for Greenlet<T> {}
 
 impl<T> fmt::Debug for Greenlet<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let state = match self.record.state.get() {
-            State::Unstarted(_) => "unstarted",
+        let state = match self.record.state() {
+            State::Unstarted => "unstarted",
             State::Running => "running",
-            State::Suspended(_) => "suspended",
+            State::Suspended => "suspended",
             State::Dead => "dead",
         };
         f.debug_struct("Greenlet")
@@ -388,13 +389,29 @@ impl<T> Drop for Greenlet<T> {
 /// a kill is refused and nothing else refers to the greenlet (`kill`). So a suspended greenlet
 /// that nobody else refers to has a strong count of exactly 1 (the receiver of its switch
 /// kills it then: `sender_suspended`), an unstarted one of 0.
+///
+/// **The state** is three fields. `waiting`, which a switch reads and writes, is `Some` exactly
+/// when the greenlet is suspended or unstarted, with the message type its pending switch (or
+/// its `run`) takes: so one comparison tells a switch that its target can take its value now.
+/// The sender of a switch sets its own `waiting` and clears the target's; the receiver writes
+/// the sender's `context`, which only it learns. `phase` (unstarted, started, dead) changes
+/// once or twice in a greenlet's life. [`Record::state`] puts them together.
+///
+/// `#[repr(C)]` with the fields a switch touches first, so that they and the strong count that
+/// `arrive` reads are the first 32 bytes of the allocation.
+#[repr(C)]
 struct Record {
+    /// The message type its pending switch (or its unstarted `run`) takes; `None` while it
+    /// runs, and once it is dead.
+    waiting: Cell<Option<Expected>>,
+    /// Where to switch to resume it (a fresh frame if unstarted): valid while `waiting` is
+    /// `Some`, except between its own switch away and the receiver's `arrive`, which nothing
+    /// else runs in.
+    context: Cell<StackPointer>,
+    phase: Cell<Phase>,
     id: GreenletId,
-    state: Cell<State>,
     /// `None` only for the main greenlet.
     parent: RefCell<Option<Rc<Record>>>,
-    /// The message type its pending switch (or its unstarted `run`) takes.
-    expects: Cell<Expected>,
     /// `None` for the main greenlet, and once a dead greenlet's stack is recycled.
     stack: Cell<Option<Stack>>,
     /// Kills this greenlet (a throw of GreenletExit, typed for its `run`); a no-op for main.
@@ -405,15 +422,25 @@ impl Record {
     fn is_main(&self) -> bool {
         self.id.0 == 0
     }
+
+    /// What it is doing, from `phase` and `waiting`.
+    fn state(&self) -> State {
+        match (self.phase.get(), self.waiting.get()) {
+            (Phase::Dead, _) => State::Dead,
+            (_, None) => State::Running,
+            (Phase::Unstarted, Some(_)) => State::Unstarted,
+            (Phase::Started, Some(_)) => State::Suspended,
+        }
+    }
 }
 
 impl Drop for Record {
     fn drop(&mut self) {
         if let Some(stack) = self.stack.take() {
-            match self.state.get() {
+            match self.state() {
                 // Never started: only the unrun closure is on it, and it is leaked with it.
                 // Suspended: frames are live (a kill was refused), so the memory must stay.
-                State::Unstarted(_) | State::Suspended(_) => core::mem::forget(stack),
+                State::Unstarted | State::Suspended => core::mem::forget(stack),
                 State::Running | State::Dead => pool::recycle(stack),
             }
         }
@@ -421,7 +448,7 @@ impl Drop for Record {
         // would overflow the stack on a long chain.
         let mut next = self.parent.take();
         while let Some(parent) = next {
-            if Rc::strong_count(&parent) == 1 && matches!(parent.state.get(), State::Dead) {
+            if Rc::strong_count(&parent) == 1 && matches!(parent.state(), State::Dead) {
                 next = parent.parent.take();
                 drop(parent);
             } else {
@@ -432,28 +459,77 @@ impl Drop for Record {
     }
 }
 
+/// What a greenlet is doing (see [`Record::state`]).
 #[derive(Clone, Copy, Debug)]
 enum State {
-    Unstarted(StackPointer),
+    Unstarted,
     Running,
-    Suspended(StackPointer),
+    Suspended,
     Dead,
 }
 
-/// A message type, for the run-time check at a switch.
+/// The part of a greenlet's state that changes at most twice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// `run` has not been entered.
+    Unstarted,
+    /// Entered (set by `greenlet_entry` first thing), or a main greenlet.
+    Started,
+    /// `run` has ended.
+    Dead,
+}
+
+/// A message type, for the run-time check at a switch: the address of [`describe::<T>`], so
+/// that the check on the fast path is one comparison of words.
+///
+/// Equal addresses mean the same type: one address is one function, which returns
+/// `TypeId::of::<T>()` (were two types' functions merged into one, it would return one
+/// `TypeId` for both, which `TypeId` rules out). Unequal addresses do not mean different
+/// types: each crate that instantiates `describe::<T>` may have its own copy, so then the
+/// `TypeId`s decide ([`Expected::is`]), on the slow path of a switch.
 #[derive(Clone, Copy, Debug)]
-struct Expected {
-    id: TypeId,
-    /// `type_name::<T>`, called only to explain a mismatch.
-    name: fn() -> &'static str,
+struct Expected(fn() -> (TypeId, &'static str));
+
+/// What [`Expected`] stands for: `T`'s `TypeId` and name.
+///
+/// `#[inline(never)]` so that a crate has one copy of it per type: a function the compiler may
+/// inline into other crates (as it may any small one) is copied into every codegen unit that
+/// uses it, and the fast path's comparison would fail between them.
+#[inline(never)]
+fn describe<T: 'static>() -> (TypeId, &'static str) {
+    (TypeId::of::<T>(), type_name::<T>())
 }
 
 impl Expected {
+    #[inline(always)]
     fn of<T: 'static>() -> Self {
-        Expected {
-            id: TypeId::of::<T>(),
-            name: type_name::<T>,
-        }
+        Expected(describe::<T>)
+    }
+
+    /// Whether `waiting` is this crate's token of `T` (if not, it may still be `T`: see
+    /// [`Expected::is`]).
+    #[inline(always)]
+    fn is_exactly<T: 'static>(waiting: Option<Expected>) -> bool {
+        // One comparison of words: `None` is null, which no function's address is.
+        let waiting = waiting.map_or(ptr::null(), |expected| expected.0 as *const ());
+        ptr::eq(waiting, Expected::of::<T>().0 as *const ())
+    }
+
+    /// Whether this is `T`.
+    #[inline(always)]
+    fn is<T: 'static>(self) -> bool {
+        Expected::is_exactly::<T>(Some(self)) || self.is_by_id::<T>()
+    }
+
+    /// [`Expected::is`] for another copy of `describe` than this crate's.
+    #[cold]
+    #[inline(never)]
+    fn is_by_id<T: 'static>(self) -> bool {
+        (self.0)().0 == TypeId::of::<T>()
+    }
+
+    fn name(self) -> &'static str {
+        (self.0)().1
     }
 }
 
@@ -609,9 +685,12 @@ fn current_ptr() -> *const Record {
 fn make_main() -> *const Record {
     let main = Rc::new(Record {
         id: GreenletId(0),
-        state: Cell::new(State::Running),
+        waiting: Cell::new(None),
+        // Never switched to: main's context is read only while it waits, which it first does
+        // after a switch away, whose receiver writes the real one.
+        context: Cell::new(StackPointer::from_addr(usize::MAX & !0xf).expect("not 0")),
+        phase: Cell::new(Phase::Started),
         parent: RefCell::new(None),
-        expects: Cell::new(Expected::of::<()>()),
         stack: Cell::new(None),
         kill: |_| {},
     });
@@ -637,7 +716,7 @@ fn current_record() -> Rc<Record> {
 #[cold]
 fn live_ancestor(record: &Rc<Record>) -> Rc<Record> {
     let mut candidate = record.clone();
-    while matches!(candidate.state.get(), State::Dead) {
+    while matches!(candidate.state(), State::Dead) {
         let parent = candidate
             .parent
             .borrow()
@@ -651,23 +730,25 @@ fn live_ancestor(record: &Rc<Record>) -> Rc<Record> {
 /// Moves control to `target` (or its nearest live ancestor) with `payload`; returns what the
 /// next switch back here brings.
 ///
-/// The fast path is a suspended or unstarted target, with no trace hook installed and the
-/// main greenlet made (`CURRENT` untagged): nothing but this function runs between reading
-/// the target's saved context and switching to it. Everything else (dead targets, a switch
-/// to oneself, tracing, the first use on a thread) is `transfer_slow`.
+/// The fast path is a suspended or unstarted target that takes the payload (any panic; a
+/// value if it waits for this crate's token of `T`), with no trace hook installed and the main
+/// greenlet made (`CURRENT` untagged): one test of `CURRENT` and one comparison of the target's
+/// `waiting`, and nothing but this function runs between reading the target's saved context
+/// and switching to it. Everything else (dead targets, a switch to oneself, a type mismatch,
+/// tracing, the first use on a thread) is `transfer_slow`.
 #[inline(always)]
 fn transfer<T: 'static>(target: &Rc<Record>, payload: Payload<T>, event: Event) -> T {
     let current = CURRENT.get();
-    if current.addr() & SLOW == 0
-        && let State::Unstarted(to) | State::Suspended(to) = target.state.get()
-    {
-        if let Payload::Value(_) = payload {
-            check_expects::<T>(target);
-        }
-        // SAFETY: `to` was read just now and nothing ran since; `current`, untagged (so not
-        // null), is the running greenlet (not `target`, which is not running), and no hook is
-        // installed.
-        unsafe { switch_to(current, target, to, payload, 0) }
+    let waiting = target.waiting.get();
+    let takes_payload = match payload {
+        Payload::Value(_) => Expected::is_exactly::<T>(waiting),
+        Payload::Panic(_) => waiting.is_some(),
+    };
+    if current.addr() & SLOW == 0 && takes_payload {
+        // SAFETY: `target` waits, so its context is valid, and nothing ran since it was read;
+        // `current`, untagged (so not null), is the running greenlet (not `target`, which
+        // waits); a value is a T, which `target` waits for; no hook is installed.
+        unsafe { switch_to(current, target, target.context.get(), payload, 0) }
     } else {
         // Taken apart and rebuilt for the call, so that the payload is put in memory (where
         // the call takes it) on this path only, and not before the branch.
@@ -684,7 +765,7 @@ fn transfer<T: 'static>(target: &Rc<Record>, payload: Payload<T>, event: Event) 
 fn transfer_slow<T: 'static>(target: &Rc<Record>, payload: Payload<T>, event: Event) -> T {
     let current = current_ptr();
     let redirected;
-    let target = if matches!(target.state.get(), State::Dead) {
+    let target = if matches!(target.state(), State::Dead) {
         redirected = live_ancestor(target);
         &redirected
     } else {
@@ -699,8 +780,8 @@ fn transfer_slow<T: 'static>(target: &Rc<Record>, payload: Payload<T>, event: Ev
     // SAFETY: `current` is the running greenlet, alive by its self count.
     trace(event, unsafe { &*current }, target);
     // Read after the hook, which may have switched around.
-    let to = match target.state.get() {
-        State::Unstarted(sp) | State::Suspended(sp) => sp,
+    let to = match target.state() {
+        State::Unstarted | State::Suspended => target.context.get(),
         State::Running | State::Dead => {
             unreachable!("only the current greenlet runs, and dead targets were redirected")
         }
@@ -714,9 +795,9 @@ fn transfer_slow<T: 'static>(target: &Rc<Record>, payload: Payload<T>, event: Ev
 /// The switch itself: makes `target` the running greenlet and jumps to it.
 ///
 /// # Safety
-/// `current` is the running greenlet and `target` another one, whose saved context (state
-/// `Unstarted(to)` or `Suspended(to)`) is `to`; if `payload` is a value, `target` expects a
-/// `T`. `slow` is `SLOW` if a trace hook is installed, else 0.
+/// `current` is the running greenlet and `target` another one, waiting (suspended or
+/// unstarted) at `to`; if `payload` is a value, `target` waits for a `T`. `slow` is `SLOW` if
+/// a trace hook is installed, else 0.
 #[inline(always)]
 unsafe fn switch_to<T: 'static>(
     current: *const Record,
@@ -725,11 +806,12 @@ unsafe fn switch_to<T: 'static>(
     payload: Payload<T>,
     slow: usize,
 ) -> T {
+    // The sender waits for a T from here on, and the receiver runs. The sender's context is
+    // written by the receiver (`arrive`), which alone learns where it stopped, before anything
+    // else runs.
     // SAFETY: per the contract, the running greenlet, alive by its self count.
-    unsafe { (*current).expects.set(Expected::of::<T>()) };
-    // The receiver is running from here on; the sender's own state is recorded by the
-    // receiver (`arrive`), which alone learns where it stopped.
-    target.state.set(State::Running);
+    unsafe { (*current).waiting.set(Some(Expected::of::<T>())) };
+    target.waiting.set(None);
     CURRENT.set(ptr::from_ref(target).map_addr(|addr| addr | slow));
     let (delivery, tag) = Delivery::new(current, payload);
     let delivery = Message::new(delivery);
@@ -737,7 +819,7 @@ unsafe fn switch_to<T: 'static>(
     // replaced by the receiver (`arrive`) before anything could switch to it again. The
     // receiver takes `delivery` before we can be resumed.
     let transfer = unsafe { arch::switch(to, delivery.word() | tag) };
-    // SAFETY: whoever switched here sent a Delivery<T>: they checked our `expects`.
+    // SAFETY: whoever switched here sent a Delivery<T>: they checked our `waiting`.
     unsafe { arrive::<T>(transfer) }
 }
 
@@ -752,22 +834,26 @@ fn deliver_here<T>(payload: Payload<T>) -> T {
 }
 
 /// Panics (in the sender) if `target`'s pending switch takes another message type than `T`.
-#[inline(always)]
+/// `target` waits (it is neither running nor dead).
 fn check_expects<T: 'static>(target: &Record) {
-    if target.expects.get().id != TypeId::of::<T>() {
-        type_mismatch::<T>(target);
+    let expected = target
+        .waiting
+        .get()
+        .expect("a greenlet that is neither running nor dead waits");
+    if !expected.is::<T>() {
+        type_mismatch::<T>(target.id, expected);
     }
 }
 
 #[cold]
 #[inline(never)]
-fn type_mismatch<T>(target: &Record) -> ! {
+fn type_mismatch<T>(target: GreenletId, expected: Expected) -> ! {
     panic!(
         "greenweave: switched a `{}` to greenlet {}, which is waiting for a `{}`; greenlets \
          that switch to each other must exchange one message type",
         type_name::<T>(),
-        target.id.0,
-        (target.expects.get().name)()
+        target.0,
+        expected.name()
     );
 }
 
@@ -850,15 +936,15 @@ unsafe fn arrive_tagged<T>(transfer: Transfer) -> T {
     }
 }
 
-/// Records that `sender` is suspended at `sp`, and kills it if nothing but its self count
-/// refers to it (nothing could ever switch to it again).
+/// Records where `sender` stopped (`sp`; it made itself waiting before it switched), and kills
+/// it if nothing but its self count refers to it (nothing could ever switch to it again).
 ///
 /// # Safety
 /// `sender` is a greenlet that has just switched away from `switch_to`, stopping at `sp`.
 #[inline(always)]
 unsafe fn sender_suspended(sender: *const Record, sp: StackPointer) {
     // SAFETY: per the contract it is suspended, so alive by its self count.
-    unsafe { (*sender).state.set(State::Suspended(sp)) };
+    unsafe { (*sender).context.set(sp) };
     // SAFETY: as above; a live record made by Rc::new.
     if unsafe { strong_count(sender) } == 1 {
         // SAFETY: as above.
@@ -922,9 +1008,9 @@ fn release(record: Option<Rc<Record>>) {
 /// self count (unstarted greenlets have none; running and dead ones are never killed).
 #[inline]
 fn kill_if_last(record: &Rc<Record>) {
-    let last = match record.state.get() {
-        State::Unstarted(_) => 1,
-        State::Suspended(_) => 2,
+    let last = match record.state() {
+        State::Unstarted => 1,
+        State::Suspended => 2,
         State::Running | State::Dead => return,
     };
     if Rc::strong_count(record) == last {
@@ -950,13 +1036,13 @@ fn kill<T: FromGreenletExit + 'static>(record: &Rc<Record>) {
     let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
         transfer::<T>(record, Payload::Panic(Box::new(GreenletExit)), Event::Throw)
     }));
-    if matches!(record.state.get(), State::Dead) {
+    if matches!(record.state(), State::Dead) {
         release(previous);
     } else {
         // It refused to die (caught GreenletExit and switched back): as Python does, it gets
         // its old parent back.
         release(record.parent.replace(previous));
-        if matches!(record.state.get(), State::Suspended(_)) && Rc::strong_count(record) == 2 {
+        if matches!(record.state(), State::Suspended) && Rc::strong_count(record) == 2 {
             // Nothing refers to it but its self count and `record`, which our caller is about
             // to drop: give up the self count so the record goes with it (its stack, with
             // live frames, is leaked by `Record::drop`).
@@ -988,6 +1074,8 @@ where
     // sender's record (alive by its self count until we take its message) reaches through
     // parent links.
     unsafe { Rc::increment_strong_count(current_or_null()) };
+    // SAFETY: as above.
+    unsafe { (*current_or_null()).phase.set(Phase::Started) };
     let mut run_taken = false;
     let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the first switch into a greenlet comes from `switch_to::<T>`, which checked
@@ -1013,18 +1101,20 @@ where
         Err(payload) => Payload::Panic(payload),
     };
     let me = current_record();
-    me.state.set(State::Dead);
+    me.phase.set(Phase::Dead);
     let parent = live_ancestor(&me);
+    let parent_waits_for = parent
+        .waiting
+        .get()
+        .expect("a live parent of the running greenlet waits");
     let payload = match payload {
-        Payload::Value(_) if parent.expects.get().id != TypeId::of::<T>() => {
-            Payload::Panic(Box::new(format!(
-                "greenweave: greenlet {} finished with a `{}`, but its parent (greenlet {}) is waiting for a `{}`",
-                me.id.0,
-                type_name::<T>(),
-                parent.id.0,
-                (parent.expects.get().name)()
-            )))
-        }
+        Payload::Value(_) if !parent_waits_for.is::<T>() => Payload::Panic(Box::new(format!(
+            "greenweave: greenlet {} finished with a `{}`, but its parent (greenlet {}) is waiting for a `{}`",
+            me.id.0,
+            type_name::<T>(),
+            parent.id.0,
+            parent_waits_for.name()
+        ))),
         other => other,
     };
     // A panic escaping `run` is raised in the parent: traced as a throw. A hook that panics
@@ -1038,8 +1128,8 @@ where
         Ok(()) => payload,
         Err(hook_panic) => Payload::Panic(hook_panic),
     };
-    let to = match parent.state.get() {
-        State::Unstarted(sp) | State::Suspended(sp) => sp,
+    let to = match parent.state() {
+        State::Unstarted | State::Suspended => parent.context.get(),
         State::Running | State::Dead => {
             unreachable!("a live parent of the running greenlet is not running")
         }
@@ -1047,7 +1137,7 @@ where
     // The parent runs from here on (nothing else runs before the switch); this greenlet's self
     // count keeps its record (and through it the parent) alive until the parent takes the
     // message.
-    parent.state.set(State::Running);
+    parent.waiting.set(None);
     set_current(Rc::as_ptr(&parent));
     Exit {
         to,

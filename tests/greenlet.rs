@@ -1368,6 +1368,33 @@ fn a_value_of_another_type_panics_in_the_sender_naming_both_types() {
 }
 
 #[test]
+fn a_switch_must_bring_the_type_of_the_switch_its_target_is_suspended_in_now() {
+    // Main waits for an `Option<u32>` in its first switch and for a `()` in its second; each
+    // time the other type is refused in the sender and the right one goes through.
+    let main_number = current::<Option<u32>>();
+    let main_unit = current::<()>();
+    let (number_back, unit_back) = (main_number.clone(), main_unit.clone());
+    let first = Greenlet::new(move |n: Option<u32>| {
+        let refused = expect_panic(|| main_unit.switch(()));
+        let text = message(&*refused);
+        assert!(
+            text.contains("waiting for a `core::option::Option<u32>`"),
+            "{text}"
+        );
+        number_back.switch(n.map(|n| n + 1))
+    });
+    assert_eq!(first.switch(Some(1)), Some(2));
+    let second = Greenlet::new(move |()| {
+        let refused = expect_panic(|| main_number.switch(Some(3)));
+        let text = message(&*refused);
+        assert!(text.contains("waiting for a `()`"), "{text}");
+        unit_back.switch(());
+    });
+    second.switch(());
+    assert!(first.is_active() && second.is_active());
+}
+
+#[test]
 fn a_result_of_another_type_than_the_parent_waits_for_is_raised_as_a_panic_in_the_parent() {
     let child = Greenlet::new(|x: Option<u32>| x);
     let inner = child.clone();
