@@ -369,7 +369,7 @@ pub fn current() -> Thread {
 ///
 /// # Panics
 /// Outside a runtime.
-#[inline]
+#[inline(always)]
 pub fn yield_now() {
     scheduler::yield_now("greenweave::thread::yield_now");
 }

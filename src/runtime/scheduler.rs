@@ -812,7 +812,12 @@ pub(crate) fn park(
 /// back of the ready queue. A cancellation point, and bounded by a `time::timeout` in force, as
 /// every park is; but nothing is armed and nothing but the scheduler resumes it, so it takes
 /// no park number and needs no request.
-#[inline]
+///
+/// Always inlined, into `thread::yield_now` and through it into the caller's loop: a frame of
+/// ours between that loop and the switch costs a mispredicted return on every yield (the
+/// switch leaves the return-stack predictor one entry off), measured at 75 ns per yield round
+/// trip with this function out of line against 18 ns inlined.
+#[inline(always)]
 pub(crate) fn yield_now(what: &str) {
     let task = with_scheduler(what, |scheduler| scheduler.current_task_ref());
     // SAFETY: `run_task` holds the task's Rc until this green thread suspends below, and the
