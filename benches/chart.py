@@ -350,7 +350,7 @@ def main():
     date = datetime.date.fromtimestamp(newest).isoformat()
     cpu = cpu_model()
     if not args.no_svg:
-        title = "greenweave latency vs corosensei, tokio and std, %s" % date
+        title = "greenweave latency vs corosensei, generator-rs, tokio and std, %s" % date
         subtitle = "%s; `cargo bench` (benches/switch.rs, spawn.rs, channel.rs)" % cpu
         directory = os.path.dirname(os.path.abspath(args.output))
         os.makedirs(directory, exist_ok=True)
