@@ -50,6 +50,8 @@ pub mod runtime;
 mod stack;
 pub mod sync;
 mod sys;
+#[cfg(test)]
+mod test_support;
 pub mod thread;
 pub mod time;
 

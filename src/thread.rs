@@ -425,14 +425,7 @@ mod tests {
     use std::rc::Rc;
     use std::time::Duration;
 
-    /// Counts its drops in a shared cell.
-    struct DropCounter(Rc<Cell<usize>>);
-
-    impl Drop for DropCounter {
-        fn drop(&mut self) {
-            self.0.set(self.0.get() + 1);
-        }
-    }
+    use crate::test_support::DropCounter;
 
     #[test]
     fn a_result_nobody_joins_is_dropped_when_the_detached_thread_finishes() {

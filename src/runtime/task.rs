@@ -319,14 +319,7 @@ unsafe fn drop_stored_as<V>(storage: *mut u8) {
 mod tests {
     use super::*;
 
-    /// Counts its drops in a shared cell.
-    struct DropCounter(Rc<Cell<usize>>);
-
-    impl Drop for DropCounter {
-        fn drop(&mut self) {
-            self.0.set(self.0.get() + 1);
-        }
-    }
+    use crate::test_support::DropCounter;
 
     /// A result slot that only ever holds `V`, which makes `put` and `take` safe to call.
     struct TypedSlot<V> {
