@@ -12,9 +12,14 @@
 
 use std::env;
 use std::fs;
+use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::Path;
-use std::process::{Command, ExitStatus, Output};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread;
+use std::time::{Duration, Instant};
 
 /// Set in the child to the name of the test it must run the crashing part of.
 const CHILD_ENV: &str = "GREENWEAVE_CRASH_CHILD";
@@ -22,6 +27,18 @@ const CHILD_ENV: &str = "GREENWEAVE_CRASH_CHILD";
 /// Printed by the child right before it runs the crashing part, so the parent can tell a
 /// crash from a child that never got there (a wrong test name, a failed exec).
 pub const CHILD_STARTED: &str = "greenweave-crash-child-started";
+
+/// How long a child may take to print [`CHILD_STARTED`] before it is taken for stuck before its
+/// `exec` and started again. qemu-user can deadlock in the child of a `fork` made while other
+/// threads of the guest run (seen in CI: the child blocked on a futex before `exec`, the test
+/// hung); a child that got going prints the marker within a second or two even under qemu.
+const START_LIMIT: Duration = Duration::from_secs(60);
+
+/// How many times a child that never started is started again.
+const START_TRIES: usize = 3;
+
+/// How long a started child may run before it is killed: turns a hang into a failure.
+const RUN_LIMIT: Duration = Duration::from_secs(600);
 
 /// How a child process ended.
 pub struct ChildOutcome {
@@ -58,11 +75,16 @@ pub fn run_in_child(test_name: &str, child: impl FnOnce()) -> ChildOutcome {
     }
     let mut last = None;
     for launcher in launchers() {
-        let outcome = spawn_child(launcher.as_deref(), test_name);
-        if outcome.stdout.contains(CHILD_STARTED) {
-            return outcome;
+        for _ in 0..START_TRIES {
+            let (outcome, stuck_before_start) = spawn_child(launcher.as_deref(), test_name);
+            if outcome.stdout.contains(CHILD_STARTED) {
+                return outcome;
+            }
+            last = Some(outcome);
+            if !stuck_before_start {
+                break; // it ended without starting: another try would end the same way
+            }
         }
-        last = Some(outcome);
     }
     panic!(
         "the child never reached the crashing part of `{test_name}`\n{}",
@@ -71,7 +93,8 @@ pub fn run_in_child(test_name: &str, child: impl FnOnce()) -> ChildOutcome {
 }
 
 /// Runs this test binary, through `launcher` if given, for the child part of `test_name`.
-fn spawn_child(launcher: Option<&[String]>, test_name: &str) -> ChildOutcome {
+/// Returns how it ended, and whether it was killed for not starting within [`START_LIMIT`].
+fn spawn_child(launcher: Option<&[String]>, test_name: &str) -> (ChildOutcome, bool) {
     let exe = env::current_exe().expect("the test binary knows its own path");
     let mut command = match launcher {
         Some([program, args @ ..]) => {
@@ -104,21 +127,71 @@ fn spawn_child(launcher: Option<&[String]>, test_name: &str) -> ChildOutcome {
             Ok(())
         });
     }
-    match command.output() {
-        Ok(Output {
-            status,
-            stdout,
-            stderr,
-        }) => ChildOutcome {
-            status,
-            stdout: String::from_utf8_lossy(&stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&stderr).into_owned(),
-        },
-        Err(error) => ChildOutcome {
-            status: ExitStatus::from_raw(127 << 8),
-            stdout: String::new(),
-            stderr: format!("could not start {launcher:?} {exe:?}: {error}"),
-        },
+    command.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            let outcome = ChildOutcome {
+                status: ExitStatus::from_raw(127 << 8),
+                stdout: String::new(),
+                stderr: format!("could not start {launcher:?} {exe:?}: {error}"),
+            };
+            return (outcome, false);
+        }
+    };
+    let started = Arc::new(AtomicBool::new(false));
+    let stdout = read_in_background(&mut child, Some(started.clone()));
+    let stderr = read_in_background(&mut child, None);
+    let (status, stuck) = wait_with_limits(&mut child, &started);
+    let outcome = ChildOutcome {
+        status,
+        stdout: stdout.join().expect("the stdout reader does not panic"),
+        stderr: stderr.join().expect("the stderr reader does not panic"),
+    };
+    (outcome, stuck)
+}
+
+/// Reads the child's stdout (`started` given: setting it once the marker shows) or stderr to
+/// the end on a thread of its own, so neither pipe fills up while the parent waits.
+fn read_in_background(
+    child: &mut Child,
+    started: Option<Arc<AtomicBool>>,
+) -> thread::JoinHandle<String> {
+    let mut pipe: Box<dyn Read + Send> = match &started {
+        Some(_) => Box::new(child.stdout.take().expect("stdout is piped")),
+        None => Box::new(child.stderr.take().expect("stderr is piped")),
+    };
+    thread::spawn(move || {
+        let mut text = Vec::new();
+        let mut chunk = [0; 4096];
+        while let Ok(read @ 1..) = pipe.read(&mut chunk) {
+            text.extend_from_slice(&chunk[..read]);
+            if let Some(started) = &started
+                && String::from_utf8_lossy(&text).contains(CHILD_STARTED)
+            {
+                started.store(true, Ordering::Release);
+            }
+        }
+        String::from_utf8_lossy(&text).into_owned()
+    })
+}
+
+/// Waits for the child, killing it if it has not printed the marker within [`START_LIMIT`]
+/// (then the second value is true) or has not ended within [`RUN_LIMIT`].
+fn wait_with_limits(child: &mut Child, started: &AtomicBool) -> (ExitStatus, bool) {
+    let begun = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("waiting for the child") {
+            return (status, false);
+        }
+        let elapsed = begun.elapsed();
+        let stuck = !started.load(Ordering::Acquire) && elapsed > START_LIMIT;
+        if stuck || elapsed > RUN_LIMIT {
+            let _ = child.kill();
+            let status = child.wait().expect("waiting for the killed child");
+            return (status, stuck);
+        }
+        thread::sleep(Duration::from_millis(20));
     }
 }
 
