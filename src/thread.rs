@@ -240,6 +240,9 @@ impl<T> JoinHandle<T> {
     ///
     /// # Panics
     /// If a green thread joins itself, or outside a runtime.
+    // Always inlined, so that no frame of ours sits between the caller and the switch into
+    // the scheduler (a mispredicted return on every join: 77 -> 53 ns per spawn+join).
+    #[inline(always)]
     pub fn join(self) -> Result<T, JoinError> {
         loop {
             // SAFETY: the body of this handle's task puts an `Outcome<T>` (`spawn_named`).
