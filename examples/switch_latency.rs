@@ -9,12 +9,13 @@
 //!
 //! # Method
 //!
-//! Each row is a function that performs a given number of iterations of one operation and
-//! returns how long they took, with any setup (spawning a thread, creating a coroutine) left
-//! out of the timing. A row is run once untimed to warm caches, the stack pool and the branch
-//! predictors, then `--samples` times (15 by default); each sample gives nanoseconds per
-//! iteration, and the table reports the median with the minimum and maximum around it. The
-//! ratio column divides a row's median by the first row's, the bare switch.
+//! Each row is a loop from `benches/loops/mod.rs`: prepared once (spawning a thread, starting a
+//! coroutine, all left out of the timing), then called with a number of iterations of one
+//! operation, returning how long they took. A row is run once untimed to warm caches, the
+//! stack pool and the branch predictors, then `--samples` times (15 by default); each sample
+//! gives nanoseconds per iteration, and the table reports the median with the minimum and
+//! maximum around it. The ratio column divides a row's median by the first row's, the bare
+//! switch.
 //!
 //! Iteration counts are fixed per row so that one sample takes roughly 10–50 ms on a current
 //! x86_64 machine; `--iterations-scale` multiplies them all, and `--quick` shrinks them (and
@@ -22,19 +23,15 @@
 //!
 //! # Adding a row
 //!
-//! Append a [`Row`] to [`ROWS`]: a name, a base iteration count, and a `fn(u64) -> Duration`
-//! that runs that many iterations and times only the loop.
+//! Add the loop to `benches/loops/mod.rs` (where criterion and `benches/count_instructions.py`
+//! find it too), then append a [`Row`] to [`ROWS`]: a name, a base iteration count, and the
+//! loop's `<group>/<function>` id.
 
 use std::fmt::Write as _;
-use std::hint::black_box;
 use std::process::ExitCode;
-use std::sync::mpsc;
-use std::thread;
-use std::time::{Duration, Instant};
 
-use greenweave::bench_support::{raw_switch_round_trips, raw_symmetric_switch_round_trips};
-use greenweave::greenlet::{self, Greenlet};
-use greenweave::{Coroutine, CoroutineResult};
+#[path = "../benches/loops/mod.rs"]
+mod loops;
 
 /// One line of the table.
 struct Row {
@@ -42,8 +39,9 @@ struct Row {
     name: &'static str,
     /// Iterations per sample at `--iterations-scale 1`, sized for roughly 10–50 ms natively.
     iterations: u64,
-    /// Runs the given number of iterations and returns the time the iterations alone took.
-    run: fn(u64) -> Duration,
+    /// The loop that measures it: `<group>/<function>` in `benches/loops/mod.rs`, the table the
+    /// criterion benches and the instruction counter use too.
+    measured_by: &'static str,
 }
 
 /// Every row, in the order printed. The first is the unit of the ratio column.
@@ -51,224 +49,54 @@ const ROWS: &[Row] = &[
     Row {
         name: "raw switch round trip",
         iterations: 10_000_000,
-        run: raw_switch_round_trips,
+        measured_by: "raw_switch_round_trip/asymmetric",
     },
     Row {
         name: "raw symmetric switch round trip (greenlet-style)",
         iterations: 10_000_000,
-        run: raw_symmetric_switch_round_trips,
+        measured_by: "raw_switch_round_trip/symmetric",
     },
     Row {
         name: "coroutine resume+suspend round trip",
         iterations: 5_000_000,
-        run: coroutine_round_trips,
+        measured_by: "coroutine_round_trip/greenweave",
     },
     Row {
         name: "coroutine round trip, resume in a non-inlined fn",
         iterations: 2_000_000,
-        run: coroutine_round_trips_out_of_line,
+        measured_by: "coroutine_round_trip_out_of_line/greenweave",
     },
     Row {
         name: "coroutine create+run+drop (pooled stack)",
         iterations: 1_000_000,
-        run: coroutine_lifecycles,
+        measured_by: "coroutine_create_run_drop/greenweave_pool",
     },
     Row {
         name: "greenlet switch round trip (main <-> greenlet)",
         iterations: 2_000_000,
-        run: greenlet_round_trips,
+        measured_by: "greenlet_round_trip/greenweave",
     },
     Row {
         name: "scheduler yield_now round trip (2 green threads)",
         iterations: 1_000_000,
-        run: yield_round_trips,
+        measured_by: "yield_now_round_trip/greenweave",
     },
     Row {
         name: "channel ping-pong round trip (2 green threads)",
         iterations: 500_000,
-        run: channel_round_trips,
+        measured_by: "channel_ping_pong/greenweave",
     },
     Row {
         name: "green thread spawn+join (trivial body)",
         iterations: 500_000,
-        run: green_spawn_joins,
+        measured_by: "spawn_join/greenweave",
     },
     Row {
         name: "OS thread round trip (mpsc, 2 threads)",
         iterations: 1_000,
-        run: thread_round_trips,
+        measured_by: "channel_ping_pong/std_thread",
     },
 ];
-
-/// A coroutine that hands each input straight back from `suspend`, forever.
-type Echo = Coroutine<u64, u64, ()>;
-
-/// `resume` into an echo coroutine, called straight from the timing loop (rustc inlines it
-/// there, so nothing returns between trips).
-fn coroutine_round_trips(iterations: u64) -> Duration {
-    echo_round_trips(iterations, |echo, input| echo.resume(input))
-}
-
-/// `resume` into an echo coroutine from a function of its own that is called, and returns,
-/// on every trip, as in a program whose resume is not in the same loop as its caller. Compared
-/// with the inlined row, this exposes the cost of what the switch does to return prediction:
-/// a `ret` after the switch costs nothing only if the CPU predicts it.
-fn coroutine_round_trips_out_of_line(iterations: u64) -> Duration {
-    #[inline(never)]
-    fn resume(echo: &mut Echo, input: u64) -> CoroutineResult<u64, ()> {
-        echo.resume(input)
-    }
-    echo_round_trips(iterations, resume)
-}
-
-/// Times `iterations` round trips into a started echo coroutine, each made by `resume`.
-fn echo_round_trips(
-    iterations: u64,
-    resume: impl Fn(&mut Echo, u64) -> CoroutineResult<u64, ()>,
-) -> Duration {
-    let mut echo = Echo::new(|yielder, mut value| {
-        loop {
-            value = yielder.suspend(value);
-        }
-    });
-    // Start the body so that every timed resume is a resume into `suspend`.
-    black_box(echo.resume(0));
-    let start = Instant::now();
-    for i in 0..iterations {
-        black_box(resume(&mut echo, black_box(i)));
-    }
-    let elapsed = start.elapsed();
-    // Dropping the suspended echo loop unwinds it; that is not part of what is measured.
-    drop(echo);
-    elapsed
-}
-
-/// Create a coroutine on a default-size (pooled) stack, run its trivial body to the end and
-/// drop it. The warm-up run leaves a stack in this thread's pool, so no iteration maps memory.
-fn coroutine_lifecycles(iterations: u64) -> Duration {
-    let start = Instant::now();
-    for i in 0..iterations {
-        let mut coroutine = Coroutine::<u64, (), u64>::new(|_, input| black_box(input));
-        match coroutine.resume(black_box(i)) {
-            CoroutineResult::Return(value) => {
-                black_box(value);
-            }
-            CoroutineResult::Yield(()) => unreachable!("the body never suspends"),
-        }
-        drop(coroutine);
-    }
-    start.elapsed()
-}
-
-/// `switch` from the main greenlet into a greenlet that switches every value straight back
-/// to main: two greenlet switches per iteration.
-fn greenlet_round_trips(iterations: u64) -> Duration {
-    let echo = Greenlet::new(|mut value: Option<u64>| {
-        let main = greenlet::current::<Option<u64>>()
-            .parent()
-            .expect("created by main");
-        loop {
-            value = main.switch(value);
-        }
-    });
-    // Start it, so that every timed switch is a switch into a suspended greenlet.
-    black_box(echo.switch(Some(0)));
-    let start = Instant::now();
-    for i in 0..iterations {
-        black_box(echo.switch(black_box(Some(i))));
-    }
-    let elapsed = start.elapsed();
-    // Dropping the last handle to the suspended greenlet unwinds it; not part of the timing.
-    drop(echo);
-    elapsed
-}
-
-/// Two green threads that both loop on `yield_now`: one iteration is one yield by each, so
-/// two trips through the scheduler's ready queue. Timed inside the runtime, from the main
-/// green thread, so runtime start-up and shutdown are not counted.
-fn yield_round_trips(iterations: u64) -> Duration {
-    greenweave::run(move || {
-        let partner = greenweave::spawn(move || {
-            for _ in 0..iterations {
-                greenweave::thread::yield_now();
-            }
-        });
-        let start = Instant::now();
-        for _ in 0..iterations {
-            greenweave::thread::yield_now();
-        }
-        let elapsed = start.elapsed();
-        partner.join().expect("the partner only yields");
-        elapsed
-    })
-}
-
-/// Ping-pong one word between two green threads over a pair of unbounded green channels:
-/// one iteration is a send and a receive on each side.
-fn channel_round_trips(iterations: u64) -> Duration {
-    use greenweave::sync::mpsc;
-    greenweave::run(move || {
-        let (to_echo, echo_inbox) = mpsc::channel::<u64>();
-        let (to_main, main_inbox) = mpsc::channel::<u64>();
-        let echo = greenweave::spawn(move || {
-            for value in echo_inbox.iter() {
-                to_main.send(value).expect("main outlives the echo loop");
-            }
-        });
-        let start = Instant::now();
-        for i in 0..iterations {
-            to_echo
-                .send(black_box(i))
-                .expect("the echo loop is running");
-            black_box(main_inbox.recv().expect("the echo loop answers"));
-        }
-        let elapsed = start.elapsed();
-        drop(to_echo);
-        echo.join()
-            .expect("the echo loop ends when its sender goes");
-        elapsed
-    })
-}
-
-/// Spawn a green thread with a trivial body (default stack, from the pool) and join it.
-fn green_spawn_joins(iterations: u64) -> Duration {
-    greenweave::run(move || {
-        let start = Instant::now();
-        for i in 0..iterations {
-            let handle = greenweave::spawn(move || black_box(i));
-            black_box(handle.join().expect("the body cannot panic"));
-        }
-        start.elapsed()
-    })
-}
-
-/// Ping-pong one word between this thread and an echo thread over a pair of `mpsc` channels:
-/// what a user would write to hand work to another OS thread and wait for the answer.
-fn thread_round_trips(iterations: u64) -> Duration {
-    let (to_echo, echo_inbox) = mpsc::channel::<u64>();
-    let (to_main, main_inbox) = mpsc::channel::<u64>();
-    let echo = thread::spawn(move || {
-        for value in echo_inbox {
-            if to_main.send(value).is_err() {
-                break;
-            }
-        }
-    });
-    // One untimed trip, so the echo thread is running before the clock starts.
-    to_echo.send(0).expect("echo thread exited");
-    main_inbox.recv().expect("echo thread exited");
-
-    let start = Instant::now();
-    for i in 0..iterations {
-        to_echo.send(black_box(i)).expect("echo thread exited");
-        black_box(main_inbox.recv().expect("echo thread exited"));
-    }
-    let elapsed = start.elapsed();
-
-    drop(to_echo); // ends the echo thread's loop
-    echo.join().expect("echo thread panicked");
-    elapsed
-}
 
 /// Command-line settings.
 struct Options {
@@ -353,11 +181,16 @@ struct Measurement {
     samples: usize,
 }
 
-/// Warms `row` up, then times `samples` runs of `iterations` each.
+/// Prepares `row`'s loop, warms it up, then times `samples` runs of `iterations` each.
 fn measure(row: &Row, iterations: u64, samples: usize) -> Measurement {
-    (row.run)(iterations);
+    let measured_by = loops::LOOPS
+        .iter()
+        .find(|each| each.id() == row.measured_by)
+        .unwrap_or_else(|| panic!("no loop {} in benches/loops/mod.rs", row.measured_by));
+    let mut run = (measured_by.prepare)();
+    run(iterations);
     let mut per_iteration: Vec<f64> = (0..samples)
-        .map(|_| (row.run)(iterations).as_nanos() as f64 / iterations as f64)
+        .map(|_| run(iterations).as_nanos() as f64 / iterations as f64)
         .collect();
     per_iteration.sort_by(f64::total_cmp);
     Measurement {

@@ -1,6 +1,6 @@
 //! Every measured loop, in one table shared by the criterion benchmarks (`switch.rs`,
-//! `spawn.rs`, `channel.rs`, which time them) and `instructions.rs` (which runs one of them
-//! under an instruction counter).
+//! `spawn.rs`, `channel.rs`, which time them), `instructions.rs` (which runs one of them under
+//! an instruction counter) and `examples/switch_latency.rs` (the latency table).
 //!
 //! A loop is named `<group>/<function>` as criterion names it: the group is the operation, the
 //! function the implementation (`greenweave`, or the crate it is compared with). Its `prepare`
