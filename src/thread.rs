@@ -124,7 +124,7 @@ impl Builder {
                 Stack::new(size)?
             };
             let body = move |task: &Task| {
-                let result = if scheduler::take_cancellation_before_start(task) {
+                let result = if task.take_cancellation_before_start() {
                     // Cancelled before it ever ran: the closure is dropped unrun.
                     drop(f);
                     Err(JoinError::Cancelled)

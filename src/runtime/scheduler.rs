@@ -892,9 +892,3 @@ fn deliver_pending_cancellation(task: &Task) {
         panic::resume_unwind(Box::new(Cancelled));
     }
 }
-
-/// Whether a green thread about to start should not run its body because it was cancelled
-/// first; consumes the cancellation.
-pub(crate) fn take_cancellation_before_start(task: &Task) -> bool {
-    task.cancel_requested.replace(false)
-}

@@ -174,6 +174,12 @@ impl Task {
         self.result.reset();
     }
 
+    /// Whether a green thread about to start should not run its body because it was cancelled
+    /// first; consumes the cancellation.
+    pub(crate) fn take_cancellation_before_start(&self) -> bool {
+        self.cancel_requested.replace(false)
+    }
+
     /// The key that names this task from outside the scheduler's loop.
     pub(crate) fn key(&self) -> TaskKey {
         TaskKey {
