@@ -498,6 +498,10 @@ pub struct Yielder<Input, Yield> {
     /// Lowest usable address of this coroutine's stack; with the Yielder's own address (in the
     /// root frame, near the top) it bounds the stack for the misuse check in `suspend`.
     stack_limit: usize,
+    /// Whether the resumer was unwinding when it last resumed us (read right after the switch,
+    /// before any code of ours ran). Then `std::thread::panicking()` is the resumer's unwind,
+    /// not ours, and suspending back to it is fine.
+    resumed_while_unwinding: Cell<bool>,
     marker: PhantomData<fn(Yield) -> Input>,
 }
 
@@ -509,9 +513,16 @@ impl<I, Y> Yielder<I, Y> {
     /// the body (a panic that the coroutine's root catches; the panic hook is not called), so
     /// the destructors of everything on the stack run.
     ///
+    /// A coroutine does not suspend while it unwinds (from a destructor run during a panic of
+    /// its own body, or while it is being dropped): std keeps "this thread is panicking" per
+    /// OS thread, so the resumer would go on with `std::thread::panicking()` true, and for
+    /// good if the coroutine were never resumed. `suspend` panics instead; in a destructor
+    /// during an unwind that aborts the process, as any panic escaping a destructor then does.
+    /// Suspending while the *resumer* unwinds (a destructor that drains a generator) is fine.
+    ///
     /// # Panics
     /// If called from outside this yielder's own coroutine (for instance from a nested
-    /// coroutine that was handed a reference to it).
+    /// coroutine that was handed a reference to it), or while the coroutine unwinds.
     #[inline]
     pub fn suspend(&self, value: Y) -> I {
         let here = arch::current_stack_pointer();
@@ -519,12 +530,16 @@ impl<I, Y> Yielder<I, Y> {
         if here < self.stack_limit || here > root {
             panic!("greenweave: Yielder::suspend called outside its own coroutine");
         }
+        if std::thread::panicking() && !self.resumed_while_unwinding.get() {
+            suspend_while_unwinding();
+        }
         let message = Message::new(value);
         // SAFETY: `resumer` is the context that resumed us and is waiting in its switch (a
         // coroutine runs only while its resumer is suspended). It moves `message` out before
         // anything can resume us, and this frame stays alive until then.
         let transfer = unsafe { arch::suspend(self.resumer.get(), message.word()) };
         self.resumer.set(transfer.from);
+        self.resumed_while_unwinding.set(std::thread::panicking());
         if transfer.data == UNWIND_REQUEST {
             panic::resume_unwind(Box::new(ForcedUnwind(root)));
         }
@@ -532,6 +547,18 @@ impl<I, Y> Yielder<I, Y> {
         // given up (ManuallyDrop) and keeps alive until we switch back.
         unsafe { ptr::read(transfer.data as *const I) }
     }
+}
+
+/// The panic of `Yielder::suspend` called while its coroutine unwinds.
+#[cold]
+#[inline(never)]
+fn suspend_while_unwinding() -> ! {
+    panic!(
+        "greenweave: Yielder::suspend called while the coroutine is unwinding (a destructor that \
+         suspends, run during a panic of the body or while the coroutine is dropped). A \
+         coroutine does not suspend while it unwinds: std's panic state is per OS thread, so \
+         the resumer would see it as its own. Suspend before the unwind starts."
+    );
 }
 
 impl<I, Y> fmt::Debug for Yielder<I, Y> {
@@ -564,6 +591,7 @@ where
         let yielder = Yielder {
             resumer: Cell::new(transfer.from),
             stack_limit,
+            resumed_while_unwinding: Cell::new(std::thread::panicking()),
             marker: PhantomData,
         };
         let outcome = if transfer.data == UNWIND_REQUEST {

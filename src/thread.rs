@@ -124,7 +124,7 @@ impl Builder {
                 Stack::new(size)?
             };
             let body = move |task: &Task| {
-                let result = if task.take_cancellation_before_start() {
+                let result = if task.cancelled_before_start() {
                     // Cancelled before it ever ran: the closure is dropped unrun.
                     drop(f);
                     Err(JoinError::Cancelled)
@@ -418,7 +418,12 @@ fn sleep_until_named(what: &str, deadline: Instant) {
     // time, not only when the machine happens to be fast enough to reach the park.
     with_scheduler(what, |_| ());
     while Instant::now() < deadline {
-        scheduler::park(what, Wait::Sleep, Some(deadline), None, |_, _| {});
+        // `TimedOut` is the sleep's end, or, while this green thread unwinds (it cannot park
+        // then), a sleep cut short; `Notified` is spurious (a cancellation or a `timeout`
+        // scope, delivered at the next park).
+        if scheduler::park(what, Wait::Sleep, Some(deadline), None, |_, _| {}) == Wake::TimedOut {
+            break;
+        }
     }
 }
 

@@ -88,6 +88,8 @@ pub(crate) struct Scheduler {
     /// allocating (at most `SPARE_TASKS`).
     spare_tasks: RefCell<Vec<Rc<Task>>>,
     runs_since_poll: Cell<u32>,
+    /// Unfinished tasks that caught their cancellation `SHUTDOWN_DELIVERIES` times.
+    stubborn_tasks: Cell<usize>,
     pub(crate) default_stack_size: usize,
 }
 
@@ -185,8 +187,8 @@ impl TaskTable {
             .filter(|task| task.id == key.id)
     }
 
-    fn is_empty(&self) -> bool {
-        self.len == 0
+    fn len(&self) -> usize {
+        self.len
     }
 
     fn iter(&self) -> impl Iterator<Item = &Rc<Task>> {
@@ -342,6 +344,7 @@ impl Scheduler {
             next_id: Cell::new(1),
             spare_tasks: RefCell::new(Vec::new()),
             runs_since_poll: Cell::new(0),
+            stubborn_tasks: Cell::new(0),
             default_stack_size,
         }))
     }
@@ -579,6 +582,9 @@ impl Scheduler {
 
     fn finish(&self, task: Rc<Task>) {
         task.state.set(TaskState::Finished);
+        if task.is_stubborn() {
+            self.stubborn_tasks.set(self.stubborn_tasks.get() - 1);
+        }
         // Dropping the finished coroutine returns its stack to the pool now, not when the last
         // JoinHandle goes.
         drop(task.coroutine.borrow_mut().take());
@@ -668,10 +674,15 @@ impl Scheduler {
     }
 
     /// Ends every task still alive: each is cancelled (woken with `Cancelled`, so it unwinds
-    /// from its park point and its destructors run, which may themselves park: the loop keeps
-    /// running timers and I/O for them). Tasks spawned meanwhile are cancelled in the next
-    /// pass. Any task still alive after that, or stuck with nothing that could wake it, is
-    /// dropped, which force-unwinds its stack.
+    /// from its park point and its destructors run; they cannot park, see `park`). Tasks
+    /// spawned meanwhile are cancelled in the next pass.
+    ///
+    /// Always completes. A task that catches its cancellation meets it again at every park
+    /// (it is sticky), letting the others run each time; one that has caught it
+    /// `SHUTDOWN_DELIVERIES` times is given up on: it is not run again and its stack is
+    /// leaked (its frames hold live values, so it can be neither reused nor unwound), with a
+    /// line on stderr naming it. Any other task still alive then, stuck with nothing that
+    /// could wake it or never started, is dropped, which unwinds its stack.
     fn shutdown(&self) {
         for _ in 0..3 {
             let tasks: Vec<Rc<Task>> = self.tasks.borrow().iter().cloned().collect();
@@ -684,18 +695,22 @@ impl Scheduler {
                     self.unpark(task.clone(), task.park_number.get(), Wake::Cancelled);
                 }
             }
-            if !self.run_until(|| self.tasks.borrow().is_empty(), OnDeadlock::Stop) {
+            let only_stubborn_left = || self.tasks.borrow().len() == self.stubborn_tasks.get();
+            if !self.run_until(only_stubborn_left, OnDeadlock::Stop) {
                 break;
             }
         }
         self.timers.borrow_mut().clear();
         let leftovers = self.tasks.borrow_mut().drain();
+        self.stubborn_tasks.set(0);
         for task in leftovers {
             let coroutine = task.coroutine.borrow_mut().take();
-            if std::thread::panicking() {
-                // A green thread parked in a destructor during its own unwind leaves the OS
-                // thread's panic count raised: force-unwinding any stack now would be a panic
-                // while panicking, which aborts. Leak these stacks instead.
+            if task.is_stubborn() {
+                report_abandoned(&task);
+                std::mem::forget(coroutine);
+            } else if std::thread::panicking() {
+                // `run` itself was called during an unwind (from a destructor): unwinding a
+                // stack now would be a panic while panicking, which aborts. Leak it instead.
                 std::mem::forget(coroutine);
             } else {
                 drop(coroutine);
@@ -703,6 +718,29 @@ impl Scheduler {
         }
         self.ready.clear();
     }
+}
+
+/// How many times shutdown raises a green thread's cancellation before giving up on it (it
+/// keeps catching it).
+const SHUTDOWN_DELIVERIES: u32 = 64;
+
+impl Task {
+    /// Whether this task has caught its cancellation so often that shutdown gives up on it.
+    fn is_stubborn(&self) -> bool {
+        self.cancellations_delivered.get() >= SHUTDOWN_DELIVERIES
+    }
+}
+
+/// Says on stderr that shutdown gave up on `task`, which kept catching its cancellation.
+#[cold]
+fn report_abandoned(task: &Task) {
+    eprintln!(
+        "greenweave: green thread {} caught its cancellation {SHUTDOWN_DELIVERIES} times while \
+         the runtime was shutting down; it was stopped where it stood and its stack leaked \
+         (catch_unwind in a loop must let greenweave's cancellation through: re-raise payloads \
+         you do not recognise with std::panic::resume_unwind)",
+        task.describe()
+    );
 }
 
 /// Runs `main` as the first green thread of a new scheduler on this OS thread, then ends the
@@ -749,12 +787,17 @@ pub(crate) fn run_main<T: 'static>(
 /// the switch, so registering then cannot race. Timers and fd waits are armed by the scheduler
 /// after the switch.
 ///
-/// Every park is a cancellation point. A pending cancellation is delivered once, as an unwind
-/// (caught at the green thread's root) raised here instead of parking or returning; after
-/// that, parks work normally, so destructors run during the unwind may sleep, join or do I/O.
-/// While the thread is already unwinding for another reason, delivery waits for a later park.
+/// Every park is a cancellation point, and a cancellation is sticky: it is raised (as an
+/// unwind caught at the green thread's root) at every park until the green thread ends, so a
+/// loop that catches it cannot keep the green thread alive for ever. From the second delivery
+/// on, the green thread first lets the others run, so such a loop cannot starve them either.
 ///
-/// Returns [`Wake::Notified`] or [`Wake::TimedOut`].
+/// A green thread never switches while it unwinds (see [`wait_while_unwinding`]): std keeps
+/// "this thread is panicking" per OS thread, so a switch would show every other green thread
+/// a panic that is not theirs. Such a park returns at once instead.
+///
+/// Returns [`Wake::Notified`] or [`Wake::TimedOut`] (its own deadline passed, or it could not
+/// wait while unwinding); a `time::timeout` scope whose deadline passes ends here, unwinding.
 ///
 /// Always inlined into its callers (each has its own `register` closure anyway): a frame of
 /// ours between a caller's loop and the switch costs a mispredicted return on every park (see
@@ -768,48 +811,70 @@ pub(crate) fn park(
     mut register: impl FnMut(&Rc<Task>, u64),
 ) -> Wake {
     let io = io.as_deref();
-    loop {
-        let task = with_scheduler(what, |scheduler| scheduler.current_task_ref());
-        // SAFETY: `task` came from the Rc that `run_task` holds until this green thread
-        // suspends below; borrowing that count (ManuallyDrop: never released here) saves a
-        // count update on every park, and nothing of it is used after the suspend.
-        let task = ManuallyDrop::new(unsafe { Rc::from_raw(task) });
-        deliver_pending_cancellation(&task);
-        // A `time::timeout` in force bounds this park too.
-        let (effective_deadline, scope) = match task.scope_deadline.get() {
-            None => (deadline, None),
-            Some(scope) => bound_by_scope(deadline, scope),
-        };
-        let park = task.park_number.get() + 1;
-        task.park_number.set(park);
-        register(&task, park);
-        let request = ParkRequest {
-            wait,
-            deadline: effective_deadline,
-            io,
-        };
-        // The request's lifetime is erased for the trip through the coroutine: the scheduler
-        // reads it before this frame (and `io`, which it borrows) can go (see `Suspend::Park`).
-        let request = NonNull::from(&request).cast::<ParkRequest<'static>>();
-        match suspend_to_scheduler(&task, Suspend::Park(request)) {
-            // Woken to be cancelled: deliver it at the top of the loop. If this thread is
-            // already unwinding, the cancellation stays pending and the caller sees a spurious
-            // wake-up: it re-checks its condition (parking again re-arms everything), so a
-            // wake-up that arrived meanwhile is not lost.
-            Wake::Cancelled if std::thread::panicking() => return Wake::Notified,
-            Wake::Cancelled => continue,
-            // The scope's deadline, not the caller's, ran out: the top of the loop ends the
-            // scope.
-            Wake::TimedOut
-                if scope.is_some_and(|(scope_deadline, _)| {
-                    deadline.is_none_or(|own| scope_deadline < own)
-                }) && !std::thread::panicking() =>
-            {
-                continue;
-            }
-            wake => return wake,
-        }
+    let task = with_scheduler(what, |scheduler| scheduler.current_task_ref());
+    if std::thread::panicking() {
+        return wait_while_unwinding(what, wait, deadline);
     }
+    // SAFETY: `task` came from the Rc that `run_task` holds until this green thread suspends
+    // below; borrowing that count (ManuallyDrop: never released here) saves a count update on
+    // every park, and nothing of it is used after the suspend.
+    let task = ManuallyDrop::new(unsafe { Rc::from_raw(task) });
+    deliver_pending_cancellation(&task);
+    // A `time::timeout` in force bounds this park too (and ends here if it has passed).
+    let (effective_deadline, scope) = match task.scope_deadline.get() {
+        None => (deadline, None),
+        Some(scope) => bound_by_scope(deadline, scope),
+    };
+    let park = task.park_number.get() + 1;
+    task.park_number.set(park);
+    register(&task, park);
+    let request = ParkRequest {
+        wait,
+        deadline: effective_deadline,
+        io,
+    };
+    // The request's lifetime is erased for the trip through the coroutine: the scheduler
+    // reads it before this frame (and `io`, which it borrows) can go (see `Suspend::Park`).
+    let request = NonNull::from(&request).cast::<ParkRequest<'static>>();
+    match suspend_to_scheduler(&task, Suspend::Park(request)) {
+        // Woken to be cancelled: unwind from here. Whatever this wait was for stays where it
+        // is (a message in its channel, a result in its task).
+        Wake::Cancelled => deliver_cancellation(&task),
+        // Woken by the scope's deadline rather than the caller's own: the scope ends here.
+        Wake::TimedOut => match scope {
+            Some((scope_deadline, token)) if deadline.is_none_or(|own| scope_deadline < own) => {
+                panic::resume_unwind(Box::new(ScopeElapsed(token)))
+            }
+            _ => Wake::TimedOut,
+        },
+        wake => wake,
+    }
+}
+
+/// What a park does when its green thread is unwinding (a destructor that waits, run during
+/// a panic or a cancellation): it does not switch, since every other green thread would then
+/// see `std::thread::panicking()` true (std's panic count is per OS thread), and so would the
+/// code after `run` if the unwind never resumed.
+///
+/// A wait that can end without another green thread's help, or has its own deadline (sleeps,
+/// I/O, `recv_timeout`, `wait_timeout`...), times out at once: the caller reports a timeout
+/// or an I/O error. A wait that only another green thread can end and that has no deadline
+/// (`Mutex::lock`, `join`, `recv`, `Event::wait`...) has no way to report failure, so it
+/// panics with a message that says why; inside a destructor during an unwind that panic
+/// aborts the process, as any panic escaping a destructor then does in Rust.
+#[cold]
+#[inline(never)]
+fn wait_while_unwinding(what: &str, wait: Wait, deadline: Option<Instant>) -> Wake {
+    if deadline.is_some() || matches!(wait, Wait::Sleep | Wait::Io { .. }) {
+        return Wake::TimedOut;
+    }
+    panic!(
+        "greenweave: {what} would wait while its green thread is unwinding (a destructor that \
+         waits, run during a panic or a cancellation). A green thread does not switch while it \
+         unwinds: std's panic state is per OS thread and every other green thread would see it. \
+         Wait before the unwind starts, use a try_ or timed variant in the destructor (a timed \
+         wait times out at once while unwinding), or move the wait to another green thread."
+    );
 }
 
 /// Lets every other ready green thread run, then returns: the running green thread goes to the
@@ -824,6 +889,11 @@ pub(crate) fn park(
 #[inline(always)]
 pub(crate) fn yield_now(what: &str) {
     let task = with_scheduler(what, |scheduler| scheduler.current_task_ref());
+    // A green thread never switches while it unwinds (see `wait_while_unwinding`); a yield has
+    // nothing to report, so it simply does not happen.
+    if std::thread::panicking() {
+        return;
+    }
     // SAFETY: `run_task` holds the task's Rc until this green thread suspends below, and the
     // reference is not used after the suspend.
     let task = unsafe { &*task };
@@ -854,13 +924,7 @@ fn bound_by_scope(
     scope: (Instant, u64),
 ) -> (Option<Instant>, Option<(Instant, u64)>) {
     end_scope_if_elapsed(Some(scope));
-    // While unwinding, a scope deadline that has passed cannot end the scope (that would be a
-    // second panic); it must not bound this wait either, or every park would return at once
-    // and a destructor waiting for a lock would spin.
     let (scope_deadline, _) = scope;
-    if std::thread::panicking() && Instant::now() >= scope_deadline {
-        return (deadline, None);
-    }
     let bounded = match deadline {
         Some(own) => own.min(scope_deadline),
         None => scope_deadline,
@@ -868,13 +932,12 @@ fn bound_by_scope(
     (Some(bounded), Some(scope))
 }
 
-/// Ends the `time::timeout` scope in force by unwinding to it, if its deadline has passed
-/// (and the thread is not already unwinding, when that would be a second panic).
+/// Ends the `time::timeout` scope in force by unwinding to it, if its deadline has passed.
+/// Only called where the green thread is not unwinding (parks and yields return before).
 #[inline]
 fn end_scope_if_elapsed(scope: Option<(Instant, u64)>) {
     if let Some((scope_deadline, token)) = scope
         && Instant::now() >= scope_deadline
-        && !std::thread::panicking()
     {
         panic::resume_unwind(Box::new(ScopeElapsed(token)));
     }
@@ -884,11 +947,35 @@ fn end_scope_if_elapsed(scope: Option<(Instant, u64)>) {
 /// token of the `timeout` call it belongs to.
 pub(crate) struct ScopeElapsed(pub(crate) u64);
 
-/// Raises a pending cancellation of `task` (once), unless the thread is already unwinding.
+/// Raises `task`'s cancellation, if one was requested. Only called where the green thread is
+/// not unwinding (parks and yields return before).
+///
+/// The request stays set (a cancellation is sticky): a body that catches the unwind meets it
+/// again at its next park. Every delivery after the first lets the other green threads run
+/// before unwinding, so a loop that keeps catching it cannot starve them, and the runtime's
+/// shutdown can count the deliveries and give up on such a green thread.
 #[inline]
 fn deliver_pending_cancellation(task: &Task) {
-    if task.cancel_requested.get() && !std::thread::panicking() {
-        task.cancel_requested.set(false);
-        panic::resume_unwind(Box::new(Cancelled));
+    if task.cancel_requested.get() {
+        deliver_cancellation(task);
     }
+}
+
+#[cold]
+#[inline(never)]
+fn deliver_cancellation(task: &Task) -> ! {
+    let delivered = task.cancellations_delivered.get();
+    task.cancellations_delivered
+        .set(delivered.saturating_add(1));
+    if delivered.saturating_add(1) == SHUTDOWN_DELIVERIES {
+        with_scheduler("a cancellation", |scheduler| {
+            scheduler
+                .stubborn_tasks
+                .set(scheduler.stubborn_tasks.get() + 1)
+        });
+    }
+    if delivered > 0 {
+        suspend_to_scheduler(task, Suspend::Yield);
+    }
+    panic::resume_unwind(Box::new(Cancelled));
 }

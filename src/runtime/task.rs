@@ -124,7 +124,11 @@ pub(crate) struct Task {
     /// Set while parked: what it waits for and whether it has a deadline.
     pub(crate) waiting: Cell<Option<(Wait, bool)>>,
     pub(crate) wake: Cell<Wake>,
+    /// Set by `JoinHandle::cancel` or shutdown, and never cleared while the body runs: every
+    /// park raises the cancellation until the green thread ends.
     pub(crate) cancel_requested: Cell<bool>,
+    /// How many times the cancellation has been raised (more than once: the body caught it).
+    pub(crate) cancellations_delivered: Cell<u32>,
     /// The innermost `time::timeout` deadline in force, with the token of the `timeout` call
     /// that owns it; every park is bounded by it.
     pub(crate) scope_deadline: Cell<Option<(Instant, u64)>>,
@@ -149,6 +153,7 @@ impl Task {
             waiting: Cell::new(None),
             wake: Cell::new(Wake::Notified),
             cancel_requested: Cell::new(false),
+            cancellations_delivered: Cell::new(0),
             scope_deadline: Cell::new(None),
             joiner: Cell::new(None),
             result: ResultSlot::new(),
@@ -170,14 +175,15 @@ impl Task {
         self.waiting.set(None);
         self.wake.set(Wake::Notified);
         self.cancel_requested.set(false);
+        self.cancellations_delivered.set(0);
         self.scope_deadline.set(None);
         self.result.reset();
     }
 
     /// Whether a green thread about to start should not run its body because it was cancelled
-    /// first; consumes the cancellation.
-    pub(crate) fn take_cancellation_before_start(&self) -> bool {
-        self.cancel_requested.replace(false)
+    /// first (the request stays set, as every cancellation does).
+    pub(crate) fn cancelled_before_start(&self) -> bool {
+        self.cancel_requested.get()
     }
 
     /// The key that names this task from outside the scheduler's loop.

@@ -116,10 +116,10 @@ impl<K: Copy> GrantQueue<K> {
                 std::mem::forget(departure);
                 return true;
             }
-            // `TimedOut` can also mean an expired `time::timeout` scope whose unwind `park`
-            // holds back while this thread is already unwinding; only our own deadline ends
-            // the wait, otherwise park again (and keep our place).
-            if wake == Wake::TimedOut && deadline.is_some_and(|own| Instant::now() >= own) {
+            // `park` reports `TimedOut` only for our own deadline (an expired `time::timeout`
+            // scope comes back as a spurious wake-up and ends at the next park) or, while this
+            // thread unwinds, at once: either way the wait ends here.
+            if wake == Wake::TimedOut && deadline.is_some() {
                 drop(departure);
                 return false;
             }
