@@ -111,7 +111,9 @@ struct ForcedUnwind(usize);
 /// assert!(co.is_done());
 /// ```
 ///
-/// Dropping a coroutine that is suspended unwinds its stack, so every destructor on it runs:
+/// Dropping a coroutine that is suspended unwinds its stack, so every destructor on it runs
+/// (a destructor that panics during that unwind aborts the process, as in any Rust unwind;
+/// see [`into_stack`](Coroutine::into_stack) for the other cases):
 ///
 /// ```
 /// use greenweave::Coroutine;
@@ -338,7 +340,12 @@ impl<I, Y, R> Coroutine<I, Y, R> {
     /// and returns its stack for reuse with [`Coroutine::with_stack`].
     ///
     /// # Panics
-    /// Re-raises a panic from a destructor run during the unwind.
+    /// Re-raises a panic from dropping the body of a coroutine that never started (its
+    /// captured values are dropped, not unwound). A destructor that panics while a *suspended*
+    /// coroutine's stack unwinds aborts the process instead, as a panic escaping a destructor
+    /// during any unwind does in Rust; so does a body that catches the unwind and then
+    /// suspends while still unwinding. A body that catches the unwind, finishes catching and
+    /// suspends again makes this panic (its stack is leaked, since its frames are live).
     #[inline]
     pub fn into_stack(self) -> Stack {
         // Once the stack is taken nothing is left for `Drop` to do, so skip it.

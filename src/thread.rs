@@ -276,6 +276,12 @@ impl<T> JoinHandle<T> {
     /// is parked) it unwinds, running its destructors, and its result becomes
     /// `Err(JoinError::Cancelled)`. A green thread that has not started never runs. Does not
     /// wait; [`join`](JoinHandle::join) to wait.
+    ///
+    /// The cancellation is sticky: a body that catches the unwind (`catch_unwind` in a
+    /// supervisor loop) meets it again at its next park point, and so on until it ends. While
+    /// it unwinds the green thread does not switch: its destructors' timed waits and sleeps
+    /// return at once, and an untimed wait (a lock, a join) panics, which aborts, as does a
+    /// destructor that panics during the unwind (Rust's rule for any unwind).
     pub fn cancel(&self) {
         if self.task.state.get() == TaskState::Finished {
             return;

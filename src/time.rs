@@ -26,6 +26,8 @@ impl std::error::Error for Elapsed {}
 /// destructors run) and `timeout` returns `Err(Elapsed)`.
 ///
 /// Code that does not park cannot be interrupted: the deadline is checked at park points.
+/// The unwind follows the rules of every green thread's unwind: its destructors do not switch
+/// (timed waits return at once, untimed ones panic), and one that panics aborts the process.
 /// Timeouts nest; the earliest deadline in force wins, and each `timeout` reports only its
 /// own expiry (an outer one's passes through the inner one as an unwind).
 ///
