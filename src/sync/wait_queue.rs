@@ -46,7 +46,7 @@ pub(crate) struct Registration {
 #[derive(Default)]
 pub(crate) struct WaitQueue {
     first: Cell<Option<Waiter>>,
-    rest: RefCell<WaiterList>,
+    rest: RefCell<WaiterList<Waiter>>,
 }
 
 impl WaitQueue {
@@ -160,7 +160,7 @@ impl WaitQueue {
     #[cfg(test)]
     pub(crate) fn entries(&self) -> usize {
         let first = self.first.take();
-        let entries = usize::from(first.is_some()) + self.rest.borrow().len;
+        let entries = usize::from(first.is_some()) + self.rest.borrow().len();
         self.first.set(first);
         entries
     }
@@ -226,31 +226,32 @@ impl WaitQueue {
 }
 
 /// "No slot": the end of a list, or a waiter in `first`.
-const NIL: u32 = u32::MAX;
+pub(super) const NIL: u32 = u32::MAX;
 
 /// One slot of a [`WaiterList`].
-struct Slot {
+struct Slot<E> {
     /// `None` while the slot is free.
-    waiter: Option<Waiter>,
+    entry: Option<E>,
     prev: u32,
     /// The next entry in the queue; in a free slot, the next free slot.
     next: u32,
 }
 
-/// The waiters behind `first`: a doubly linked list threaded through a vector of slots, so an
-/// entry can leave from anywhere in O(1) and a wait allocates nothing once the vector has
-/// grown to the most waiters the queue has held at once. Freed slots are reused, last freed
-/// first.
-struct WaiterList {
-    slots: Vec<Slot>,
+/// Waiters in arrival order: a doubly linked list threaded through a vector of slots, so an
+/// entry can leave from anywhere in O(1) given its slot, and a wait allocates nothing once
+/// the vector has grown to the most waiters the queue has held at once. Freed slots are
+/// reused, last freed first. Shared by [`WaitQueue`] (the waiters behind `first`) and
+/// [`GrantQueue`](super::grant_queue::GrantQueue).
+pub(super) struct WaiterList<E> {
+    slots: Vec<Slot<E>>,
     head: u32,
     tail: u32,
     free: u32,
     len: usize,
 }
 
-impl WaiterList {
-    const fn new() -> WaiterList {
+impl<E> WaiterList<E> {
+    pub(super) const fn new() -> WaiterList<E> {
         WaiterList {
             slots: Vec::new(),
             head: NIL,
@@ -260,23 +261,36 @@ impl WaiterList {
         }
     }
 
-    fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.head == NIL
     }
 
-    /// The entry in `slot`, if the slot is in use.
-    fn get(&self, slot: u32) -> Option<&Waiter> {
-        self.slots.get(slot as usize)?.waiter.as_ref()
+    pub(super) fn len(&self) -> usize {
+        self.len
     }
 
-    fn back(&self) -> Option<&Waiter> {
+    /// The entry in `slot`, if the slot is in use.
+    pub(super) fn get(&self, slot: u32) -> Option<&E> {
+        self.slots.get(slot as usize)?.entry.as_ref()
+    }
+
+    /// The entry in `slot`, if the slot is in use.
+    pub(super) fn get_mut(&mut self, slot: u32) -> Option<&mut E> {
+        self.slots.get_mut(slot as usize)?.entry.as_mut()
+    }
+
+    pub(super) fn front(&self) -> Option<&E> {
+        self.get(self.head)
+    }
+
+    pub(super) fn back(&self) -> Option<&E> {
         self.get(self.tail)
     }
 
-    /// Queues `waiter` at the back; returns its slot.
-    fn push_back(&mut self, waiter: Waiter) -> u32 {
+    /// Queues `entry` at the back; returns its slot, which stays its own until it leaves.
+    pub(super) fn push_back(&mut self, entry: E) -> u32 {
         let filled = Slot {
-            waiter: Some(waiter),
+            entry: Some(entry),
             prev: self.tail,
             next: NIL,
         };
@@ -302,18 +316,18 @@ impl WaiterList {
         slot
     }
 
-    fn pop_front(&mut self) -> Option<Waiter> {
+    pub(super) fn pop_front(&mut self) -> Option<E> {
         (self.head != NIL).then(|| self.unlink(self.head))
     }
 
-    fn pop_back(&mut self) -> Option<Waiter> {
+    pub(super) fn pop_back(&mut self) -> Option<E> {
         (self.tail != NIL).then(|| self.unlink(self.tail))
     }
 
     /// Takes the entry in `slot` (which must be in use) out of the list and frees the slot.
-    fn unlink(&mut self, slot: u32) -> Waiter {
+    pub(super) fn unlink(&mut self, slot: u32) -> E {
         let freed = &mut self.slots[slot as usize];
-        let waiter = freed.waiter.take().expect("unlink: the slot is in use");
+        let entry = freed.entry.take().expect("unlink: the slot is in use");
         let (prev, next) = (freed.prev, freed.next);
         freed.next = self.free;
         self.free = slot;
@@ -326,22 +340,22 @@ impl WaiterList {
             next => self.slots[next as usize].prev = prev,
         }
         self.len -= 1;
-        waiter
+        entry
     }
 
     /// The entries, front to back.
-    fn iter(&self) -> impl Iterator<Item = &Waiter> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = &E> {
         let mut slot = self.head;
         std::iter::from_fn(move || {
             let current = self.slots.get(slot as usize)?;
             slot = current.next;
-            current.waiter.as_ref()
+            current.entry.as_ref()
         })
     }
 }
 
-impl Default for WaiterList {
-    fn default() -> WaiterList {
+impl<E> Default for WaiterList<E> {
+    fn default() -> WaiterList<E> {
         WaiterList::new()
     }
 }
