@@ -2,7 +2,7 @@
 //! green thread that releases it: the hand-off that makes [`Mutex`](super::Mutex),
 //! [`RwLock`](super::RwLock) and [`Semaphore`](super::Semaphore) fair.
 //!
-//! Owns: the waiters' order and, per waiter, whether it has been granted what it waits for.
+//! Owns: the waiters' order (a waiter still in it has not been granted what it waits for).
 //! [`WaitQueue`](super::wait_queue::WaitQueue) wakes a waiter that then re-checks and, if a
 //! green thread that came along meanwhile took the resource first, queues again at the back.
 //! Here the releaser updates the primitive's state on the waiter's behalf *and then* wakes it,

@@ -1,5 +1,10 @@
 //! The FIFO queue of parked green threads that every green synchronisation primitive is
 //! built on.
+//!
+//! Owns: [`WaitQueue`] and [`WaiterList`], the slab-backed list in which it and
+//! [`GrantQueue`](super::grant_queue::GrantQueue) keep their waiters, so that a waiter that
+//! leaves early takes its entry out in O(1) and a wait allocates nothing.
+//! May not: decide what a wake-up means (callers re-check their condition).
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
