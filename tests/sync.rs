@@ -512,6 +512,47 @@ fn a_panicking_writer_poisons_an_rwlock_and_a_panicking_reader_does_not() {
     });
 }
 
+/// A value whose `Debug` reaches the lock that holds it (through a weak back-reference: a
+/// cycle) and records whether a writer could get in while it is being formatted.
+struct ReachesItsOwnLock {
+    lock: RefCell<std::rc::Weak<RwLock<ReachesItsOwnLock>>>,
+    writer_got_in: Cell<Option<bool>>,
+}
+
+impl std::fmt::Debug for ReachesItsOwnLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let lock = self.lock.borrow().upgrade().expect("the lock is alive");
+        self.writer_got_in.set(Some(lock.try_write().is_ok()));
+        f.write_str("ReachesItsOwnLock")
+    }
+}
+
+#[test]
+fn rwlock_debug_formats_the_value_under_a_read_lock_that_keeps_writers_out() {
+    greenweave::run(|| {
+        let lock = Rc::new(RwLock::new(ReachesItsOwnLock {
+            lock: RefCell::new(std::rc::Weak::new()),
+            writer_got_in: Cell::new(None),
+        }));
+        *lock.read().unwrap().lock.borrow_mut() = Rc::downgrade(&lock);
+        let shown = format!("{lock:?}");
+        assert_eq!(
+            shown,
+            "RwLock { data: ReachesItsOwnLock, poisoned: false, .. }"
+        );
+        // A write lock inside `fmt` would hand out a `&mut` to the value being formatted.
+        assert_eq!(lock.read().unwrap().writer_got_in.get(), Some(false));
+        // And the read lock is released once formatting is done.
+        assert!(lock.try_write().is_ok());
+        let writer = lock.write().unwrap();
+        assert_eq!(
+            format!("{lock:?}"),
+            "RwLock { data: <locked>, poisoned: false, .. }"
+        );
+        drop(writer);
+    });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Condvar
 // ---------------------------------------------------------------------------------------------

@@ -353,3 +353,24 @@ impl fmt::Debug for Condvar {
         f.debug_struct("Condvar").finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{Condvar, Mutex};
+
+    #[test]
+    fn waits_that_time_out_leave_no_entry_in_the_queue() {
+        crate::run(|| {
+            let (mutex, condvar) = (Mutex::new(()), Condvar::new());
+            let mut guard = mutex.lock().unwrap();
+            for _ in 0..100_000 {
+                let (again, result) = condvar.wait_timeout(guard, Duration::ZERO).unwrap();
+                assert!(result.timed_out());
+                guard = again;
+            }
+            assert_eq!(condvar.waiters.entries(), 0);
+        });
+    }
+}

@@ -193,3 +193,21 @@ impl fmt::Debug for Event {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::Event;
+
+    #[test]
+    fn waits_that_time_out_leave_no_entry_in_the_queue() {
+        crate::run(|| {
+            let event = Event::new();
+            for _ in 0..100_000 {
+                assert!(!event.wait_timeout(Duration::ZERO));
+            }
+            assert_eq!(event.waiters.entries(), 0);
+        });
+    }
+}

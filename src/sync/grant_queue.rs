@@ -2,7 +2,7 @@
 //! green thread that releases it: the hand-off that makes [`Mutex`](super::Mutex),
 //! [`RwLock`](super::RwLock) and [`Semaphore`](super::Semaphore) fair.
 //!
-//! Owns: the waiters' order and, per waiter, whether it has been granted what it waits for.
+//! Owns: the waiters' order (a waiter still in it has not been granted what it waits for).
 //! [`WaitQueue`](super::wait_queue::WaitQueue) wakes a waiter that then re-checks and, if a
 //! green thread that came along meanwhile took the resource first, queues again at the back.
 //! Here the releaser updates the primitive's state on the waiter's behalf *and then* wakes it,
@@ -13,11 +13,11 @@
 //! ([`GrantQueue::front`], [`GrantQueue::grant_front`]), and takes back a grant whose waiter
 //! left without using it (the `leave` callback of [`GrantQueue::wait`]).
 
-use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
+use std::cell::RefCell;
 use std::rc::Rc;
 use std::time::Instant;
 
+use super::wait_queue::WaiterList;
 use crate::runtime::scheduler::{self, with_scheduler};
 use crate::runtime::task::{Task, Wait, Wake};
 
@@ -27,24 +27,37 @@ struct Waiter<K> {
     kind: K,
     task: Rc<Task>,
     /// The number of its current park, refreshed every time it parks again.
-    park: Cell<u64>,
-    /// Set by the releaser when it hands the resource over; from then on the primitive counts
-    /// this waiter as a holder.
-    granted: Cell<bool>,
+    park: u64,
+    /// The task's park number when it queued: with the task's address, tells this wait's
+    /// entry from one that has taken its slot since (a task's park numbers never repeat, and
+    /// every wait parks at least once).
+    queued_at: u64,
+}
+
+/// Which entry a waiter's is: its slot, the task's address (only compared, never
+/// dereferenced) and `queued_at`.
+#[derive(Clone, Copy)]
+struct Identity {
+    slot: u32,
+    task: *const Task,
+    queued_at: u64,
 }
 
 /// Green threads waiting to be granted a resource, in arrival order.
 ///
-/// Only waiters that are still waiting are in the queue: a waiter that times out or unwinds
-/// (cancellation, a `time::timeout` scope) removes itself on the way out.
+/// Only waiters that are still waiting are in the queue: a grant takes the waiter out (so a
+/// waiter whose entry is gone has been granted), and a waiter that times out or unwinds
+/// (cancellation, a `time::timeout` scope) removes itself on the way out, in O(1) through the
+/// slot it keeps. A wait allocates nothing once the queue has grown to the most waiters it has
+/// held at once.
 pub(crate) struct GrantQueue<K: Copy> {
-    waiters: RefCell<VecDeque<Rc<Waiter<K>>>>,
+    waiters: RefCell<WaiterList<Waiter<K>>>,
 }
 
 impl<K: Copy> GrantQueue<K> {
     pub(crate) const fn new() -> GrantQueue<K> {
         GrantQueue {
-            waiters: RefCell::new(VecDeque::new()),
+            waiters: RefCell::new(WaiterList::new()),
         }
     }
 
@@ -63,17 +76,16 @@ impl<K: Copy> GrantQueue<K> {
         self.waiters.borrow().len()
     }
 
-    /// Hands the resource to the longest-waiting green thread: removes it from the queue,
-    /// marks it granted and makes it runnable. The caller has already updated its own state
-    /// to count that waiter as a holder. Returns what the waiter asked for, or `None` if the
-    /// queue is empty.
+    /// Hands the resource to the longest-waiting green thread: removes it from the queue
+    /// (which is what tells it it was granted) and makes it runnable. The caller has already
+    /// updated its own state to count that waiter as a holder. Returns what the waiter asked
+    /// for, or `None` if the queue is empty.
     pub(crate) fn grant_front(&self) -> Option<K> {
         let waiter = self.waiters.borrow_mut().pop_front()?;
-        waiter.granted.set(true);
         // A waiter that is not in its park (already woken, by a cancellation say) sees the
         // grant when it runs; `unpark` does nothing then.
         with_scheduler("a green lock's release", |scheduler| {
-            scheduler.unpark(waiter.task.clone(), waiter.park.get(), Wake::Notified)
+            scheduler.unpark(waiter.task, waiter.park, Wake::Notified)
         });
         Some(waiter.kind)
     }
@@ -95,24 +107,31 @@ impl<K: Copy> GrantQueue<K> {
         leave: impl Fn(bool),
     ) -> bool {
         let task = with_scheduler(what, |scheduler| scheduler.current_task());
-        let waiter = Rc::new(Waiter {
+        let identity = Identity {
+            slot: 0,
+            task: Rc::as_ptr(&task),
+            queued_at: task.park_number.get(),
+        };
+        let slot = self.waiters.borrow_mut().push_back(Waiter {
             kind,
             task,
-            park: Cell::new(0),
-            granted: Cell::new(false),
+            park: 0,
+            queued_at: identity.queued_at,
         });
-        self.waiters.borrow_mut().push_back(waiter.clone());
+        let identity = Identity { slot, ..identity };
         let departure = Departure {
             queue: self,
-            waiter: &waiter,
+            identity,
             leave: &leave,
         };
         loop {
             let wake = scheduler::park(what, Wait::Sync(what), deadline, None, |_, park| {
-                waiter.park.set(park)
+                if let Some(waiter) = self.waiting(identity).as_deref_mut() {
+                    waiter.park = park;
+                }
             });
             // A grant wins over a deadline that passed in the same turn of the scheduler.
-            if waiter.granted.get() {
+            if self.waiting(identity).is_none() {
                 std::mem::forget(departure);
                 return true;
             }
@@ -125,25 +144,34 @@ impl<K: Copy> GrantQueue<K> {
             }
         }
     }
+
+    /// The entry of the wait `identity`, if it is still queued (not granted yet).
+    fn waiting(&self, identity: Identity) -> Option<std::cell::RefMut<'_, Waiter<K>>> {
+        std::cell::RefMut::filter_map(self.waiters.borrow_mut(), |waiters| {
+            waiters.get_mut(identity.slot).filter(|waiter| {
+                std::ptr::eq(Rc::as_ptr(&waiter.task), identity.task)
+                    && waiter.queued_at == identity.queued_at
+            })
+        })
+        .ok()
+    }
 }
 
 /// Takes a waiter that leaves without its grant out of the queue, and lets the primitive
 /// take back a grant it will not use.
 struct Departure<'a, K: Copy, F: Fn(bool)> {
     queue: &'a GrantQueue<K>,
-    waiter: &'a Rc<Waiter<K>>,
+    identity: Identity,
     leave: &'a F,
 }
 
 impl<K: Copy, F: Fn(bool)> Drop for Departure<'_, K, F> {
     fn drop(&mut self) {
-        let granted = self.waiter.granted.get();
-        if !granted {
-            self.queue
-                .waiters
-                .borrow_mut()
-                .retain(|other| !Rc::ptr_eq(other, self.waiter));
-        }
-        (self.leave)(granted);
+        let still_queued = self.queue.waiting(self.identity).is_some();
+        let removed =
+            still_queued.then(|| self.queue.waiters.borrow_mut().unlink(self.identity.slot));
+        // Our own task: dropping its count runs nothing.
+        drop(removed);
+        (self.leave)(!still_queued);
     }
 }

@@ -368,14 +368,16 @@ impl<T> From<T> for RwLock<T> {
 
 impl<T: ?Sized + fmt::Debug> fmt::Debug for RwLock<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Formatted under a read guard, as std does: `T::fmt` is user code that may reach this
+        // lock again (through an `Rc` in a thread-local, a cycle) and ask for `write()`, or park
+        // and let another green thread do so; the guard keeps every writer out until the value
+        // has been formatted.
         let mut d = f.debug_struct("RwLock");
-        if self.writer.get() {
-            d.field("data", &format_args!("<locked>"));
-        } else {
-            // SAFETY: no writer holds the lock, so no `&mut T` exists, and nothing else runs
-            // on this OS thread while we format.
-            d.field("data", &unsafe { &*self.data.get() });
-        }
+        match self.try_read() {
+            Ok(guard) => d.field("data", &&*guard),
+            Err(TryLockError::Poisoned(poisoned)) => d.field("data", &&*poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => d.field("data", &format_args!("<locked>")),
+        };
         d.field("poisoned", &self.poisoned.get());
         d.finish_non_exhaustive()
     }

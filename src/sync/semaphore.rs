@@ -272,3 +272,61 @@ impl fmt::Debug for SemaphorePermit<'_> {
         f.debug_struct("SemaphorePermit").finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+    use std::time::Duration;
+
+    use super::Semaphore;
+
+    #[test]
+    fn acquires_that_time_out_leave_no_waiter_in_the_queue() {
+        crate::run(|| {
+            let semaphore = Semaphore::new(0);
+            for _ in 0..100_000 {
+                assert!(semaphore.acquire_timeout(Duration::ZERO).is_none());
+            }
+            assert_eq!(semaphore.waiters.len(), 0);
+        });
+    }
+
+    #[test]
+    fn a_waiter_leaving_from_the_middle_keeps_the_others_in_arrival_order() {
+        crate::run(|| {
+            let semaphore = Rc::new(Semaphore::new(0));
+            let served = Rc::new(RefCell::new(Vec::new()));
+            // "a", "b" and "c" arrive in this order; "b" gives up after 1 ms.
+            let waiters: Vec<_> = [("a", None), ("b", Some(1)), ("c", None)]
+                .into_iter()
+                .map(|(name, patience)| {
+                    let (semaphore, served) = (semaphore.clone(), served.clone());
+                    crate::spawn(move || {
+                        let permit = match patience {
+                            None => Some(semaphore.acquire()),
+                            Some(ms) => semaphore.acquire_timeout(Duration::from_millis(ms)),
+                        };
+                        served.borrow_mut().push((name, permit.is_some()));
+                        if let Some(permit) = permit {
+                            permit.forget();
+                        }
+                    })
+                })
+                .collect();
+            crate::thread::yield_now(); // all three wait
+            assert_eq!(semaphore.waiters.len(), 3);
+            crate::thread::sleep(Duration::from_millis(2)); // "b" gives up
+            assert_eq!(semaphore.waiters.len(), 2);
+            semaphore.add_permits(1);
+            crate::thread::yield_now();
+            semaphore.add_permits(1);
+            for waiter in waiters {
+                waiter.join().unwrap();
+            }
+            assert_eq!(*served.borrow(), [("b", false), ("a", true), ("c", true)]);
+            assert_eq!(semaphore.waiters.len(), 0);
+            assert_eq!(semaphore.available_permits(), 0);
+        });
+    }
+}
