@@ -480,7 +480,7 @@ mod tests {
 
     #[test]
     fn a_registered_guard_is_found_without_the_lock_and_forgotten_when_unregistered() {
-        // Addresses of a private inaccessible reservation, so no real stack can overlap them.
+        // Addresses inside a mapping of our own, so no real stack's guard can overlap them.
         let reserved = MmapOptions::new().len(3 * 4096).map_anon().unwrap();
         let start = reserved.as_ptr() as usize;
         register_guard(start, 4096, 8192);
