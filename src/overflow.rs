@@ -1,8 +1,9 @@
 //! Stack-overflow reporting for coroutine stacks.
 //!
 //! Owns: the process-wide registry of guard pages (filled by [`crate::Stack`] when it maps and
-//! unmaps, never on a switch), the `SIGSEGV`/`SIGBUS` handler, and a per-thread alternate
-//! signal stack for threads that have none.
+//! unmaps, never on a switch; a table the handler reads without locking, see [`TABLE`]), the
+//! `SIGSEGV`/`SIGBUS` handler, and a per-thread alternate signal stack for threads that have
+//! none.
 //!
 //! A fault inside one of our guard pages prints
 //! `green thread '<name>' on thread '<os thread>' has overflowed its stack (<size> KiB)` and
@@ -10,29 +11,101 @@
 //! installed before ours (std's, which reports main-thread and std-thread overflows), or to the
 //! default action.
 //!
-//! May not: allocate, lock (other than `try_lock`), or format with `std::fmt` inside the signal
-//! handler; everything the handler touches is async-signal-safe.
+//! May not: allocate, lock, or format with `std::fmt` inside the signal handler; everything the
+//! handler touches is async-signal-safe (atomic loads, `write(2)`, `abort(3)`). In particular
+//! the handler must work when the faulting thread holds the registry's lock: its stack can run
+//! out inside `Stack::new` or `Stack`'s drop.
 
 use core::cell::Cell;
 use core::ffi::{c_int, c_void};
 use core::mem::MaybeUninit;
 use core::ptr;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::{Mutex, MutexGuard, Once, OnceLock, TryLockError};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering, fence};
+use std::sync::{Mutex, MutexGuard, Once, OnceLock};
 
 use memmap2::MmapOptions;
 
-/// A guard page (or pages) of a live stack.
-struct GuardPage {
+/// The guard pages of live stacks, as the fault handler reads them: without a lock, so that a
+/// fault while some thread (the faulting one included) is registering or unregistering a stack
+/// is still recognised.
+///
+/// Slots live in chunks that are allocated on demand, each twice the size of the one before,
+/// and never freed (a slot is three words: a million live stacks take 24 MiB). A chunk is
+/// published through its `OnceLock`, whose `get` never blocks; the handler scans the published
+/// chunks in order and stops at the first that is not.
+static TABLE: [OnceLock<Box<[GuardSlot]>>; TABLE_CHUNKS] =
+    [const { OnceLock::new() }; TABLE_CHUNKS];
+
+/// Slots in the first chunk of [`TABLE`]; chunk `k` holds `FIRST_CHUNK_SLOTS << k`.
+const FIRST_CHUNK_SLOTS: usize = 256;
+
+/// Chunks in [`TABLE`]: room for 2^40 guard pages, more than an address space has stacks for.
+const TABLE_CHUNKS: usize = 32;
+
+/// One guard page in [`TABLE`]. `start` is 0 while the slot is free.
+///
+/// Written only under [`REGISTRY`]'s lock, read by the handler without it, seqlock fashion:
+/// `start` is cleared before the other fields change and stored last (with release ordering)
+/// once they are set, and the handler re-reads `start` after reading them, so it uses an entry
+/// only if nothing changed it meanwhile. The one change it cannot see is a slot freed and
+/// reused for a new stack whose guard starts at the same address; then it may read the new
+/// stack's size for the old one, which only matters for a stack being replaced while another
+/// thread faults in its guard page.
+struct GuardSlot {
+    /// First byte of the guard, or 0 for a free slot.
+    start: AtomicUsize,
     /// One past the last guard byte.
-    end: usize,
-    /// Usable bytes of the stack above it, for the report.
-    stack_bytes: usize,
+    end: AtomicUsize,
+    /// Usable bytes of the stack above the guard, for the report.
+    stack_bytes: AtomicUsize,
 }
 
-/// Live guard pages, keyed by their first byte. Written when a stack is mapped or unmapped.
-static GUARDS: Mutex<BTreeMap<usize, GuardPage>> = Mutex::new(BTreeMap::new());
+impl GuardSlot {
+    fn free() -> GuardSlot {
+        GuardSlot {
+            start: AtomicUsize::new(0),
+            end: AtomicUsize::new(0),
+            stack_bytes: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// What only writers need: which slot each live guard is in, and which slots are free.
+struct Registry {
+    /// The slot of every live guard, by the guard's first byte.
+    slot_of: BTreeMap<usize, usize>,
+    /// Slots freed by [`unregister_guard`], reused first.
+    free: Vec<usize>,
+    /// How many slots have ever been handed out: the next fresh one.
+    used: usize,
+}
+
+/// The writers' side of [`TABLE`]. Locked when a stack is mapped or unmapped, never by the
+/// fault handler.
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
+    slot_of: BTreeMap::new(),
+    free: Vec::new(),
+    used: 0,
+});
+
+/// The slot numbered `index` (counting across chunks), allocating its chunk if need be.
+/// Called with [`REGISTRY`] locked, so chunks are created in order.
+fn slot(index: usize) -> &'static GuardSlot {
+    let (chunk, offset) = chunk_and_offset(index);
+    let slots = TABLE[chunk].get_or_init(|| {
+        (0..FIRST_CHUNK_SLOTS << chunk)
+            .map(|_| GuardSlot::free())
+            .collect()
+    });
+    &slots[offset]
+}
+
+/// Which chunk of [`TABLE`] holds slot `index`, and where in it.
+fn chunk_and_offset(index: usize) -> (usize, usize) {
+    let chunk = (index / FIRST_CHUNK_SLOTS + 1).ilog2() as usize;
+    (chunk, index - FIRST_CHUNK_SLOTS * ((1 << chunk) - 1))
+}
 
 /// Names the green thread running on the calling OS thread, if a layer above knows one.
 ///
@@ -57,25 +130,41 @@ static PREVIOUS_BUS: OnceLock<libc::sigaction> = OnceLock::new();
 /// Records `[start, start + len)` as the guard of a stack with `stack_bytes` usable bytes, and
 /// installs the fault handler on first use.
 pub(crate) fn register_guard(start: usize, len: usize, stack_bytes: usize) {
+    debug_assert!(start != 0 && len != 0);
     install_handler();
-    lock_guards().insert(
-        start,
-        GuardPage {
-            end: start + len,
-            stack_bytes,
-        },
-    );
+    let mut registry = lock_registry();
+    let index = match registry.free.pop() {
+        Some(index) => index,
+        None => {
+            registry.used += 1;
+            registry.used - 1
+        }
+    };
+    let slot = slot(index);
+    // The slot's `start` is 0 (it is free): a handler that reads any of the stores below
+    // and then re-reads `start` sees 0 or the new value, never the old one (see GuardSlot).
+    fence(Ordering::Release);
+    slot.end.store(start + len, Ordering::Relaxed);
+    slot.stack_bytes.store(stack_bytes, Ordering::Relaxed);
+    slot.start.store(start, Ordering::Release);
+    registry.slot_of.insert(start, index);
 }
 
 /// Forgets the guard starting at `start`.
 pub(crate) fn unregister_guard(start: usize) {
-    lock_guards().remove(&start);
+    let mut registry = lock_registry();
+    let Some(index) = registry.slot_of.remove(&start) else {
+        return;
+    };
+    slot(index).start.store(0, Ordering::Release);
+    registry.free.push(index);
 }
 
-fn lock_guards() -> MutexGuard<'static, BTreeMap<usize, GuardPage>> {
-    // The map stays consistent even if a holder panicked (insert/remove are not interrupted
-    // halfway by a panic of ours), so poisoning carries no information here.
-    GUARDS
+fn lock_registry() -> MutexGuard<'static, Registry> {
+    // The registry stays consistent even if a holder panicked (an allocation failure in
+    // `insert` or `push` aborts rather than unwinding halfway), so poisoning carries no
+    // information here.
+    REGISTRY
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
@@ -122,20 +211,27 @@ extern "C" fn on_fault(signal: c_int, info: *mut libc::siginfo_t, context: *mut 
 }
 
 /// The usable size of the stack whose guard contains `address`, if any.
+///
+/// Reads [`TABLE`] without a lock, so it answers even when the faulting thread was itself
+/// mapping or unmapping a stack (and held [`REGISTRY`]'s lock) when its stack ran out.
 fn guarded_stack_size(address: usize) -> Option<usize> {
-    // Another thread may hold the lock for the few instructions of an insert; wait for it.
-    // If this thread holds it (a fault inside the registry itself), give up after a while.
-    for _ in 0..10_000_000 {
-        let guards = match GUARDS.try_lock() {
-            Ok(guards) => guards,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => {
-                core::hint::spin_loop();
+    for chunk in &TABLE {
+        // `get` never blocks; chunks are published in order, so the first missing one ends
+        // the table.
+        let slots = chunk.get()?;
+        for slot in slots.iter() {
+            let start = slot.start.load(Ordering::Acquire);
+            if start == 0 || address < start {
                 continue;
             }
-        };
-        let (_, guard) = guards.range(..=address).next_back()?;
-        return (address < guard.end).then_some(guard.stack_bytes);
+            let end = slot.end.load(Ordering::Relaxed);
+            let stack_bytes = slot.stack_bytes.load(Ordering::Relaxed);
+            // Seqlock check: if `start` is unchanged, `end` and `stack_bytes` belong to it.
+            fence(Ordering::Acquire);
+            if address < end && slot.start.load(Ordering::Relaxed) == start {
+                return Some(stack_bytes);
+            }
+        }
     }
     None
 }
@@ -354,5 +450,46 @@ impl Drop for AltStack {
             // SAFETY: disables this thread's alternate stack before the mapping is unmapped.
             unsafe { libc::sigaltstack(&disable, ptr::null_mut()) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guard_table_slots_are_numbered_consecutively_across_chunks_that_double_in_size() {
+        let mut expected = Vec::new();
+        for chunk in 0..4 {
+            for offset in 0..FIRST_CHUNK_SLOTS << chunk {
+                expected.push((chunk, offset));
+            }
+        }
+        let numbered: Vec<_> = (0..expected.len()).map(chunk_and_offset).collect();
+        assert_eq!(numbered, expected);
+        // The last slot of the table is the last slot of its last chunk.
+        let capacity = FIRST_CHUNK_SLOTS * ((1 << TABLE_CHUNKS) - 1);
+        assert_eq!(
+            chunk_and_offset(capacity - 1),
+            (
+                TABLE_CHUNKS - 1,
+                (FIRST_CHUNK_SLOTS << (TABLE_CHUNKS - 1)) - 1
+            )
+        );
+    }
+
+    #[test]
+    fn a_registered_guard_is_found_without_the_lock_and_forgotten_when_unregistered() {
+        // Addresses inside a mapping of our own, so no real stack's guard can overlap them.
+        let reserved = MmapOptions::new().len(3 * 4096).map_anon().unwrap();
+        let start = reserved.as_ptr() as usize;
+        register_guard(start, 4096, 8192);
+        let held = lock_registry();
+        assert_eq!(guarded_stack_size(start), Some(8192));
+        assert_eq!(guarded_stack_size(start + 4095), Some(8192));
+        assert_eq!(guarded_stack_size(start + 4096), None);
+        drop(held);
+        unregister_guard(start);
+        assert_eq!(guarded_stack_size(start), None);
     }
 }

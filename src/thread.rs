@@ -92,8 +92,14 @@ impl Builder {
         self
     }
 
-    /// The green thread's usable stack size in bytes (rounded up to pages). Stacks of the
-    /// default size come from a per-thread pool; others are mapped for this green thread.
+    /// The green thread's usable stack size in bytes. Stacks of the default size come from a
+    /// per-thread pool; others are mapped for this green thread.
+    ///
+    /// As `std::thread::Builder::stack_size` rounds up to the platform's minimum, the size is
+    /// rounded up to at least 16 KiB plus 16 times the size of the closure (which is placed on
+    /// the stack, and copied several times on the way to its call in unoptimised builds), and
+    /// to whole pages: a green thread with a tiny stack runs, though a deep call overflows it
+    /// (which aborts, see [`Stack`](crate::Stack)). 0 is refused by [`spawn`](Builder::spawn).
     pub fn stack_size(mut self, bytes: usize) -> Builder {
         self.stack_size = Some(bytes);
         self
@@ -102,8 +108,21 @@ impl Builder {
     /// Spawns the green thread.
     ///
     /// # Errors
-    /// Those of [`Stack::new`](crate::Stack::new): `InvalidInput` for a size of 0,
-    /// `OutOfMemory` when the kernel refuses the mapping (often `vm.max_map_count`).
+    /// Those of [`Stack::new`](crate::Stack::new): `InvalidInput` for a size of 0 or one so
+    /// large that the mapping size overflows (`usize::MAX`), `OutOfMemory` when the kernel
+    /// refuses the mapping (often `vm.max_map_count`, or a size larger than the address space).
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     use greenweave::thread::Builder;
+    ///
+    ///     let error = Builder::new().stack_size(usize::MAX).spawn(|| ()).unwrap_err();
+    ///     assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
+    ///     // A tiny stack is rounded up to the minimum.
+    ///     let tiny = Builder::new().stack_size(1).spawn(|| 6 * 7).unwrap();
+    ///     assert_eq!(tiny.join().unwrap(), 42);
+    /// });
+    /// ```
     ///
     /// # Panics
     /// Outside a runtime.
@@ -117,7 +136,8 @@ impl Builder {
         f: impl FnOnce() -> T + 'static,
     ) -> io::Result<JoinHandle<T>> {
         with_scheduler(what, |scheduler| {
-            let size = self.stack_size.unwrap_or(scheduler.default_stack_size);
+            let requested = self.stack_size.unwrap_or(scheduler.default_stack_size);
+            let size = crate::runtime::green_stack_size(requested, size_of_val(&f))?;
             let stack = if size == Stack::DEFAULT_SIZE {
                 pool::take_default()?
             } else {

@@ -322,6 +322,69 @@ fn builder_refuses_a_zero_stack_size() {
     });
 }
 
+/// A size whose mapping no 64-bit address space can hold (2^60 bytes), but which does not
+/// overflow when rounded to pages.
+const LARGER_THAN_THE_ADDRESS_SPACE: usize = 1 << 60;
+
+#[test]
+fn builder_rounds_a_one_byte_stack_up_to_one_a_green_thread_runs_on() {
+    greenweave::run(|| {
+        let handle = Builder::new().stack_size(1).spawn(|| 6 * 7).unwrap();
+        assert_eq!(handle.join().unwrap(), 42);
+    });
+}
+
+#[test]
+fn builder_rounds_a_stack_up_to_fit_a_closure_larger_than_the_size_asked_for() {
+    greenweave::run(|| {
+        // Three copies of it take more than the 16 KiB minimum. (Not much larger: unoptimised
+        // builds copy it several times on the spawning green thread's own stack.)
+        let data = [1_u8; 8 * 1024];
+        let handle = Builder::new()
+            .stack_size(1)
+            .spawn(move || data.iter().map(|&byte| usize::from(byte)).sum::<usize>())
+            .unwrap();
+        assert_eq!(handle.join().unwrap(), 8 * 1024);
+    });
+}
+
+#[test]
+fn builder_refuses_a_stack_size_too_large_to_map_with_an_error() {
+    greenweave::run(|| {
+        let error = Builder::new()
+            .stack_size(usize::MAX)
+            .spawn(|| ())
+            .unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
+        let error = Builder::new()
+            .stack_size(LARGER_THAN_THE_ADDRESS_SPACE)
+            .spawn(|| ())
+            .unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::OutOfMemory);
+    });
+}
+
+#[test]
+fn runtime_builder_rounds_a_one_byte_stack_up_to_one_green_threads_run_on() {
+    let runtime = Runtime::builder().stack_size(1).build().unwrap();
+    let value = runtime.run(|| greenweave::spawn(|| 6 * 7).join().unwrap());
+    assert_eq!(value, 42);
+}
+
+#[test]
+fn runtime_builder_refuses_a_stack_size_too_large_to_map_in_build() {
+    let error = Runtime::builder()
+        .stack_size(usize::MAX)
+        .build()
+        .unwrap_err();
+    assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
+    let error = Runtime::builder()
+        .stack_size(LARGER_THAN_THE_ADDRESS_SPACE)
+        .build()
+        .unwrap_err();
+    assert_eq!(error.kind(), std::io::ErrorKind::OutOfMemory);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Order: sleeps, equal deadlines, yields
 // ---------------------------------------------------------------------------------------------

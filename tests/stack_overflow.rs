@@ -159,6 +159,90 @@ fn overflowing_a_named_green_thread_reports_its_name() {
     );
 }
 
+/// Maps and unmaps a stack at every level of an ever deeper recursion, so that the stack runs
+/// out inside `Stack::new` or `Stack`'s drop, at the deepest point of either: with the guard
+/// registry's lock held by this very thread.
+#[inline(never)]
+fn map_stacks_ever_deeper(depth: u64) -> u64 {
+    let mut frame = [0u8; 16];
+    frame[0] = depth as u8;
+    black_box(&mut frame);
+    drop(black_box(Stack::new(16 * 1024).unwrap()));
+    if black_box(depth) == u64::MAX {
+        return 0;
+    }
+    map_stacks_ever_deeper(depth + 1).wrapping_add(u64::from(black_box(frame)[1]))
+}
+
+/// Keeps this many stacks mapped, so the guard registry is a tree of some depth whose inserts
+/// and removals need more stack than the code around them.
+fn map_some_stacks() -> Vec<Stack> {
+    (0..2000).map(|_| Stack::new(16 * 1024).unwrap()).collect()
+}
+
+#[test]
+fn overflowing_a_coroutine_stack_while_mapping_a_stack_reports_the_overflow() {
+    let outcome = run_in_child(
+        "overflowing_a_coroutine_stack_while_mapping_a_stack_reports_the_overflow",
+        || {
+            thread::Builder::new()
+                .name("registry-holder".to_owned())
+                .spawn(|| {
+                    let live = map_some_stacks();
+                    let stack = Stack::new(64 * 1024).unwrap();
+                    let mut co = Coroutine::<(), (), u64>::with_stack(stack, |_, ()| {
+                        map_stacks_ever_deeper(0)
+                    });
+                    co.resume(());
+                    drop(live);
+                })
+                .unwrap()
+                .join()
+                .unwrap();
+        },
+    );
+    assert_green_thread_overflow_report(&outcome, "registry-holder", 64);
+}
+
+#[test]
+fn overflowing_a_std_thread_while_mapping_a_stack_is_still_reported_by_std() {
+    let outcome = run_in_child(
+        "overflowing_a_std_thread_while_mapping_a_stack_is_still_reported_by_std",
+        || {
+            thread::Builder::new()
+                .name("registry-holder".to_owned())
+                .stack_size(128 * 1024)
+                .spawn(|| {
+                    let live = map_some_stacks();
+                    map_stacks_ever_deeper(0);
+                    drop(live);
+                })
+                .unwrap()
+                .join()
+                .unwrap();
+        },
+    );
+    assert_eq!(
+        outcome.signal(),
+        Some(libc::SIGABRT),
+        "std aborts on a thread's overflow\n{}",
+        outcome.describe()
+    );
+    assert!(
+        outcome
+            .stderr
+            .contains("thread 'registry-holder' has overflowed its stack")
+            || outcome.stderr.contains("thread 'registry-holder' ("),
+        "std should report the overflow of the thread\n{}",
+        outcome.describe()
+    );
+    assert!(
+        !outcome.stderr.contains("green thread"),
+        "a std thread is not a green thread\n{}",
+        outcome.describe()
+    );
+}
+
 #[test]
 fn a_null_pointer_write_still_dies_of_sigsegv_once_the_handler_is_installed() {
     let outcome = run_in_child(

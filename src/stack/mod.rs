@@ -325,9 +325,9 @@ fn mapping_error(action: &str, size: usize, error: io::Error) -> io::Error {
     io::Error::new(
         io::ErrorKind::OutOfMemory,
         format!(
-            "could not {action} a {size}-byte coroutine stack: out of memory or out of memory \
-             mappings. {mappings}: raise it (sysctl -w vm.max_map_count=2200000), keep fewer \
-             coroutines alive, or use smaller stacks"
+            "could not {action} a {size}-byte coroutine stack: out of memory, address space or \
+             memory mappings. {mappings}: raise it (sysctl -w vm.max_map_count=2200000), keep \
+             fewer coroutines alive, or use smaller stacks"
         ),
     )
 }
