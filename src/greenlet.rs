@@ -444,18 +444,7 @@ impl Drop for Record {
                 State::Running | State::Dead => pool::recycle(stack),
             }
         }
-        // Drop a chain of dead parents iteratively: recursing through each parent's Drop
-        // would overflow the stack on a long chain.
-        let mut next = self.parent.take();
-        while let Some(parent) = next {
-            if Rc::strong_count(&parent) == 1 && matches!(parent.state(), State::Dead) {
-                next = parent.parent.take();
-                drop(parent);
-            } else {
-                release(Some(parent));
-                break;
-            }
-        }
+        release(self.parent.get_mut().take());
     }
 }
 
@@ -997,10 +986,20 @@ unsafe fn kill_unreferenced(record: *const Record) {
 
 /// Drops a reference to a record, killing the greenlet first if this was the last reference
 /// and it is suspended (or unstarted), so that its destructors run.
+///
+/// A chain of records each holding the last reference to the next (unstarted or dead
+/// greenlets, each the parent of the next) is released by this loop, one link at a time: the
+/// last reference to a record has its parent link taken out before it is dropped, so no
+/// `Drop` recurses into the next link, and a chain of any length needs no more stack than one.
 #[inline]
-fn release(record: Option<Rc<Record>>) {
-    if let Some(record) = record {
+fn release(mut next: Option<Rc<Record>>) {
+    while let Some(record) = next {
         kill_if_last(&record);
+        next = if Rc::strong_count(&record) == 1 {
+            record.parent.take()
+        } else {
+            None
+        };
     }
 }
 
@@ -1036,20 +1035,18 @@ fn kill<T: FromGreenletExit + 'static>(record: &Rc<Record>) {
     let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
         transfer::<T>(record, Payload::Panic(Box::new(GreenletExit)), Event::Throw)
     }));
-    if matches!(record.state(), State::Dead) {
-        release(previous);
-    } else {
-        // It refused to die (caught GreenletExit and switched back): as Python does, it gets
-        // its old parent back.
-        release(record.parent.replace(previous));
-        if matches!(record.state(), State::Suspended) && Rc::strong_count(record) == 2 {
-            // Nothing refers to it but its self count and `record`, which our caller is about
-            // to drop: give up the self count so the record goes with it (its stack, with
-            // live frames, is leaked by `Record::drop`).
-            // SAFETY: a started greenlet that has not finished owns one count of itself,
-            // given up once: here, since it will never run or finish again.
-            unsafe { Rc::decrement_strong_count(Rc::as_ptr(record)) };
-        }
+    // As Python does, it gets its old parent back, dead or not (it may have refused to die:
+    // caught GreenletExit and switched back). The old parent is not released here but by our
+    // caller's release of `record`, so a chain of unstarted greenlets is killed by that loop
+    // rather than by recursion through this function.
+    release(record.parent.replace(previous));
+    if matches!(record.state(), State::Suspended) && Rc::strong_count(record) == 2 {
+        // It refused, and nothing refers to it but its self count and `record`, which our
+        // caller is about to drop: give up the self count so the record goes with it (its
+        // stack, with live frames, is leaked by `Record::drop`).
+        // SAFETY: a started greenlet that has not finished owns one count of itself, given up
+        // once: here, since it will never run or finish again.
+        unsafe { Rc::decrement_strong_count(Rc::as_ptr(record)) };
     }
     if let Err(payload) = outcome
         && !std::thread::panicking()

@@ -1613,6 +1613,62 @@ fn a_thread_that_ends_with_suspended_greenlets_kills_them_as_their_handles_drop(
     assert_eq!(drops, 20);
 }
 
+/// Builds a chain of `links` unstarted greenlets, each the parent of the next and held only by
+/// it, drops its last link, and returns how many of their closures were dropped.
+fn drop_a_chain_of_unstarted_greenlets(links: usize) -> usize {
+    let dropped = Rc::new(Cell::new(0));
+    let mut last = current::<()>();
+    for _ in 0..links {
+        let tally = Tally::new(&dropped);
+        last = Greenlet::with_parent(&last, move |()| drop(tally));
+    }
+    assert_eq!(dropped.get(), 0);
+    drop(last);
+    dropped.get()
+}
+
+/// Links enough to overflow a 256 KiB OS-thread stack when each is released by recursion.
+const CHAIN_LINKS: usize = 5_000;
+
+#[test]
+fn dropping_a_long_chain_of_unstarted_greenlets_kills_each_without_overflowing_a_small_thread_stack()
+ {
+    const NAME: &str = "dropping_a_long_chain_of_unstarted_greenlets_kills_each_without_overflowing_a_small_thread_stack";
+    let outcome = run_in_child(NAME, || {
+        let dropped = thread::Builder::new()
+            .name("chain-dropper".to_owned())
+            .stack_size(256 * 1024)
+            .spawn(|| drop_a_chain_of_unstarted_greenlets(CHAIN_LINKS))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(dropped, CHAIN_LINKS, "every closure dropped, none run");
+        std::process::exit(0);
+    });
+    assert_eq!(outcome.signal(), None, "{}", outcome.describe());
+    assert!(outcome.status.success(), "{}", outcome.describe());
+}
+
+#[test]
+fn dropping_a_long_chain_of_unstarted_greenlets_inside_a_coroutine_does_not_overflow_its_small_stack()
+ {
+    const NAME: &str = "dropping_a_long_chain_of_unstarted_greenlets_inside_a_coroutine_does_not_overflow_its_small_stack";
+    let outcome = run_in_child(NAME, || {
+        let stack = greenweave::Stack::new(64 * 1024).unwrap();
+        let mut co = greenweave::Coroutine::<(), (), usize>::with_stack(stack, |_, ()| {
+            drop_a_chain_of_unstarted_greenlets(CHAIN_LINKS)
+        });
+        let dropped = match co.resume(()) {
+            greenweave::CoroutineResult::Return(dropped) => dropped,
+            greenweave::CoroutineResult::Yield(()) => unreachable!("the body never yields"),
+        };
+        assert_eq!(dropped, CHAIN_LINKS, "every closure dropped, none run");
+        std::process::exit(0);
+    });
+    assert_eq!(outcome.signal(), None, "{}", outcome.describe());
+    assert!(outcome.status.success(), "{}", outcome.describe());
+}
+
 #[test]
 fn greenlets_can_be_nested_deeply_each_switching_into_a_child() {
     // Each level creates a child and switches into it; the deepest returns, and results
