@@ -14,7 +14,9 @@
 //! - a panic that escapes `run` is raised again in the parent at its switch point;
 //! - [`Greenlet::throw`] raises [`GreenletExit`] inside a greenlet at its switch point; if
 //!   uncaught, the greenlet dies and its parent receives `T::from_greenlet_exit(GreenletExit)` as a normal
-//!   value. Throwing into an unstarted greenlet kills it without running it;
+//!   value. Throwing into an unstarted greenlet kills it without running it; throwing into a
+//!   dead one sends that value to its nearest live ancestor (so if that is the thrower,
+//!   `throw` returns it);
 //! - dropping the last handle to a suspended greenlet kills it the same way (with the dropper
 //!   as its parent for the length of the kill), so every destructor on its stack runs; a
 //!   greenlet that refuses (catches `GreenletExit` and switches back) gets its old parent back.
@@ -67,7 +69,8 @@
 //! # Tracing
 //!
 //! [`set_trace`] installs a per-thread hook called before every switch and throw with the
-//! origin and target ids, as `greenlet.settrace` does. With no hook it costs one branch.
+//! origin and target ids, as `greenlet.settrace` does. With no hook it costs one branch. A hook
+//! must not switch greenlets itself (that panics), and a hook that panics is uninstalled.
 
 use core::cell::{Cell, RefCell};
 use core::fmt;
@@ -132,10 +135,21 @@ pub enum Event {
 }
 
 /// A trace hook: `hook(event, origin, target)`, called before the switch happens.
+///
+/// A hook must not switch greenlets: a [`switch`](Greenlet::switch) or
+/// [`throw`](Greenlet::throw) inside it, or the drop of the last handle to an unstarted or
+/// suspended greenlet (which kills it by a switch), panics. The switch it was called for has
+/// been checked against the state it is about to act on; letting the hook move control
+/// elsewhere would invalidate that check. Record the event and act on it once the hook has
+/// returned.
+///
+/// A hook that panics is uninstalled (as Python's `greenlet.settrace` does with a tracer that
+/// raised), and the switch it was called for does not happen: the panic goes on in the sender,
+/// or, for a greenlet handing its result to its parent, in the parent instead.
 pub type TraceHook = fn(Event, GreenletId, GreenletId);
 
 /// Installs `hook` as this thread's trace hook (or removes it, with `None`); returns the one it
-/// replaces.
+/// replaces. It may be called from inside a hook (the change applies from the next switch).
 ///
 /// ```
 /// use greenweave::greenlet::{self, Event, Greenlet, GreenletId};
@@ -155,9 +169,10 @@ pub type TraceHook = fn(Event, GreenletId, GreenletId);
 /// assert_eq!(seen, [(Event::Switch, main, g.id()), (Event::Switch, g.id(), main)]);
 /// ```
 pub fn set_trace(hook: Option<TraceHook>) -> Option<TraceHook> {
-    let previous = TRACE.replace(hook);
+    let tracing = TRACE.get();
+    TRACE.set(Tracing { hook, ..tracing });
     set_current(current_or_null());
-    previous
+    tracing.hook
 }
 
 /// A handle to the greenlet running now on this thread (the main greenlet if no other is).
@@ -250,14 +265,26 @@ impl<T: FromGreenletExit + 'static> Greenlet<T> {
     /// # Panics
     /// Re-raises a panic delivered to this switch point: a child's panic that escaped its
     /// `run`, or a [`throw`](Greenlet::throw) aimed at the current greenlet. Also panics if the
-    /// target is suspended in a switch that expects another message type.
+    /// target is suspended in a switch that expects another message type, or if called inside
+    /// a trace hook (see [`TraceHook`]).
     #[inline]
     pub fn switch(&self, value: T) -> T {
         transfer(&self.record, Payload::Value(value), Event::Switch)
     }
 
     /// Raises [`GreenletExit`] in this greenlet at its switch point (see
-    /// [`throw_with`](Greenlet::throw_with)).
+    /// [`throw_with`](Greenlet::throw_with)). Into a dead greenlet whose nearest live ancestor
+    /// is the current one, it returns `T::from_greenlet_exit(GreenletExit)` at once, as
+    /// Python's `throw` returns the `GreenletExit`:
+    ///
+    /// ```
+    /// use greenweave::greenlet::{Greenlet, GreenletExit};
+    ///
+    /// let g = Greenlet::new(|x: Result<u32, GreenletExit>| x);
+    /// assert_eq!(g.switch(Ok(1)), Ok(1));
+    /// assert!(g.is_dead());
+    /// assert_eq!(g.throw(), Err(GreenletExit));
+    /// ```
     pub fn throw(&self) -> T {
         self.throw_with(Box::new(GreenletExit))
     }
@@ -267,8 +294,15 @@ impl<T: FromGreenletExit + 'static> Greenlet<T> {
     ///
     /// If the greenlet does not catch the panic it dies, and the panic goes on to its parent
     /// (a `GreenletExit` payload arrives there as `T::from_greenlet_exit(GreenletExit)`, not as a panic).
-    /// An unstarted greenlet dies without running; a dead one passes the panic to its nearest
-    /// live ancestor, and if that is the current greenlet the panic is raised right here.
+    /// An unstarted greenlet dies without running. A dead one hands the payload on to its
+    /// nearest live ancestor (right here, if that is the current greenlet) as a greenlet dying
+    /// of it would: a `GreenletExit` as the value `T::from_greenlet_exit(GreenletExit)`, any
+    /// other payload as a panic.
+    ///
+    /// # Panics
+    /// Re-raises a panic delivered to this switch point, as [`switch`](Greenlet::switch) does;
+    /// also panics if a `GreenletExit` turned into a value goes to a greenlet suspended in a
+    /// switch that expects another message type, or if called inside a trace hook.
     pub fn throw_with(&self, payload: Box<dyn Any + Send>) -> T {
         transfer(&self.record, Payload::Panic(payload), Event::Throw)
     }
@@ -444,18 +478,7 @@ impl Drop for Record {
                 State::Running | State::Dead => pool::recycle(stack),
             }
         }
-        // Drop a chain of dead parents iteratively: recursing through each parent's Drop
-        // would overflow the stack on a long chain.
-        let mut next = self.parent.take();
-        while let Some(parent) = next {
-            if Rc::strong_count(&parent) == 1 && matches!(parent.state(), State::Dead) {
-                next = parent.parent.take();
-                drop(parent);
-            } else {
-                release(Some(parent));
-                break;
-            }
-        }
+        release(self.parent.get_mut().take());
     }
 }
 
@@ -625,8 +648,17 @@ thread_local! {
     static MAIN: Cell<*const Record> = const { Cell::new(ptr::null()) };
     /// Releases MAIN's count when the thread exits; touched once, when main is created.
     static TEARDOWN: Teardown = const { Teardown };
-    static TRACE: Cell<Option<TraceHook>> = const { Cell::new(None) };
+    static TRACE: Cell<Tracing> = const { Cell::new(Tracing { hook: None, in_hook: false }) };
     static NEXT_ID: Cell<u64> = const { Cell::new(1) };
+}
+
+/// This thread's trace hook, and whether it is running now.
+#[derive(Clone, Copy)]
+struct Tracing {
+    hook: Option<TraceHook>,
+    /// The hook is running: every switch is refused (`transfer_slow`), and `CURRENT` stays
+    /// tagged even if the hook uninstalls itself, so that no switch takes the fast path.
+    in_hook: bool,
 }
 
 /// The tag bit of `CURRENT`: a switch must take the slow path. Free, since a `Record` (it holds
@@ -637,7 +669,8 @@ const _: () = assert!(align_of::<Record>() > SLOW);
 /// Makes `record` `CURRENT`, tagged if a switch must take the slow path.
 #[inline]
 fn set_current(record: *const Record) {
-    let slow = record.is_null() || TRACE.get().is_some();
+    let tracing = TRACE.get();
+    let slow = record.is_null() || tracing.hook.is_some() || tracing.in_hook;
     CURRENT.set(record.map_addr(|addr| addr | usize::from(slow)));
 }
 
@@ -712,7 +745,7 @@ fn current_record() -> Rc<Record> {
     }
 }
 
-/// `record`'s nearest live ancestor (a main greenlet never dies); `record` must be dead.
+/// `record` if it is not dead, else its nearest live ancestor (a main greenlet never dies).
 #[cold]
 fn live_ancestor(record: &Rc<Record>) -> Rc<Record> {
     let mut candidate = record.clone();
@@ -737,7 +770,11 @@ fn live_ancestor(record: &Rc<Record>) -> Rc<Record> {
 /// and switching to it. Everything else (dead targets, a switch to oneself, a type mismatch,
 /// tracing, the first use on a thread) is `transfer_slow`.
 #[inline(always)]
-fn transfer<T: 'static>(target: &Rc<Record>, payload: Payload<T>, event: Event) -> T {
+fn transfer<T: FromGreenletExit + 'static>(
+    target: &Rc<Record>,
+    payload: Payload<T>,
+    event: Event,
+) -> T {
     let current = CURRENT.get();
     let waiting = target.waiting.get();
     let takes_payload = match payload {
@@ -760,17 +797,37 @@ fn transfer<T: 'static>(target: &Rc<Record>, payload: Payload<T>, event: Event) 
 }
 
 /// [`transfer`] to a dead target, to the running greenlet itself, or with a trace hook.
+///
+/// Everything that can run user code (`from_greenlet_exit`) comes before the target is
+/// resolved and checked, and the hook, which comes after, cannot switch: so the checks hold
+/// when the payload is delivered.
 #[cold]
 #[inline(never)]
-fn transfer_slow<T: 'static>(target: &Rc<Record>, payload: Payload<T>, event: Event) -> T {
-    let current = current_ptr();
+fn transfer_slow<T: FromGreenletExit + 'static>(
+    target: &Rc<Record>,
+    payload: Payload<T>,
+    event: Event,
+) -> T {
+    if TRACE.get().in_hook {
+        switch_in_trace_hook(target.id);
+    }
     let redirected;
-    let target = if matches!(target.state(), State::Dead) {
+    let (target, payload, event) = if matches!(target.state(), State::Dead) {
+        // As in Python, a dead greenlet turns a `GreenletExit` thrown at it into the value a
+        // greenlet dying of it hands on; a switch carries that value to its live ancestor.
+        let (payload, event) = match payload {
+            Payload::Panic(panic) if panic.is::<GreenletExit>() => (
+                Payload::Value(T::from_greenlet_exit(GreenletExit)),
+                Event::Switch,
+            ),
+            payload => (payload, event),
+        };
         redirected = live_ancestor(target);
-        &redirected
+        (&redirected, payload, event)
     } else {
-        target
+        (target, payload, event)
     };
+    let current = current_ptr();
     if ptr::eq(Rc::as_ptr(target), current) {
         return deliver_here(payload);
     }
@@ -779,14 +836,14 @@ fn transfer_slow<T: 'static>(target: &Rc<Record>, payload: Payload<T>, event: Ev
     }
     // SAFETY: `current` is the running greenlet, alive by its self count.
     trace(event, unsafe { &*current }, target);
-    // Read after the hook, which may have switched around.
+    // The hook could not switch (`call_trace_hook`), so the checks above still hold.
     let to = match target.state() {
         State::Unstarted | State::Suspended => target.context.get(),
         State::Running | State::Dead => {
             unreachable!("only the current greenlet runs, and dead targets were redirected")
         }
     };
-    let slow = usize::from(TRACE.get().is_some());
+    let slow = usize::from(TRACE.get().hook.is_some());
     // SAFETY: `to` was read just now and nothing ran since; `target` is not `current`; `slow`
     // says whether a hook is installed.
     unsafe { switch_to(current, target, to, payload, slow) }
@@ -859,15 +916,49 @@ fn type_mismatch<T>(target: GreenletId, expected: Expected) -> ! {
 
 #[inline]
 fn trace(event: Event, origin: &Record, target: &Record) {
-    if let Some(hook) = TRACE.get() {
+    if let Some(hook) = TRACE.get().hook {
         call_trace_hook(hook, event, origin, target);
     }
 }
 
+/// Calls the hook with switching forbidden: its caller has checked the target's state and the
+/// message type, and acts on that check once the hook returns, so nothing may switch in
+/// between (a switch in the hook panics in `transfer_slow`; `CURRENT` is tagged, so none takes
+/// the fast path). A hook that panics is uninstalled, then its panic goes on.
 #[cold]
 #[inline(never)]
 fn call_trace_hook(hook: TraceHook, event: Event, origin: &Record, target: &Record) {
-    hook(event, origin.id, target.id);
+    TRACE.set(Tracing {
+        in_hook: true,
+        ..TRACE.get()
+    });
+    set_current(current_or_null());
+    let (origin, target) = (origin.id, target.id);
+    let outcome = panic::catch_unwind(|| hook(event, origin, target));
+    let hook = match outcome {
+        Ok(()) => TRACE.get().hook,
+        Err(_) => None,
+    };
+    TRACE.set(Tracing {
+        hook,
+        in_hook: false,
+    });
+    set_current(current_or_null());
+    if let Err(payload) = outcome {
+        panic::resume_unwind(payload);
+    }
+}
+
+/// A switch asked for while a trace hook runs (see [`TraceHook`]).
+#[cold]
+#[inline(never)]
+fn switch_in_trace_hook(target: GreenletId) -> ! {
+    panic!(
+        "greenweave: a greenlet trace hook tried to switch to greenlet {} (by a switch, a throw, \
+         or dropping the last handle to a greenlet, which kills it); a trace hook must not \
+         switch greenlets: record the event and act on it after the hook returns",
+        target.0
+    );
 }
 
 /// Runs in the greenlet that was just switched to (which the sender already made `CURRENT`
@@ -997,10 +1088,20 @@ unsafe fn kill_unreferenced(record: *const Record) {
 
 /// Drops a reference to a record, killing the greenlet first if this was the last reference
 /// and it is suspended (or unstarted), so that its destructors run.
+///
+/// A chain of records each holding the last reference to the next (unstarted or dead
+/// greenlets, each the parent of the next) is released by this loop, one link at a time: the
+/// last reference to a record has its parent link taken out before it is dropped, so no
+/// `Drop` recurses into the next link, and a chain of any length needs no more stack than one.
 #[inline]
-fn release(record: Option<Rc<Record>>) {
-    if let Some(record) = record {
+fn release(mut next: Option<Rc<Record>>) {
+    while let Some(record) = next {
         kill_if_last(&record);
+        next = if Rc::strong_count(&record) == 1 {
+            record.parent.take()
+        } else {
+            None
+        };
     }
 }
 
@@ -1036,20 +1137,18 @@ fn kill<T: FromGreenletExit + 'static>(record: &Rc<Record>) {
     let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
         transfer::<T>(record, Payload::Panic(Box::new(GreenletExit)), Event::Throw)
     }));
-    if matches!(record.state(), State::Dead) {
-        release(previous);
-    } else {
-        // It refused to die (caught GreenletExit and switched back): as Python does, it gets
-        // its old parent back.
-        release(record.parent.replace(previous));
-        if matches!(record.state(), State::Suspended) && Rc::strong_count(record) == 2 {
-            // Nothing refers to it but its self count and `record`, which our caller is about
-            // to drop: give up the self count so the record goes with it (its stack, with
-            // live frames, is leaked by `Record::drop`).
-            // SAFETY: a started greenlet that has not finished owns one count of itself,
-            // given up once: here, since it will never run or finish again.
-            unsafe { Rc::decrement_strong_count(Rc::as_ptr(record)) };
-        }
+    // As Python does, it gets its old parent back, dead or not (it may have refused to die:
+    // caught GreenletExit and switched back). The old parent is not released here but by our
+    // caller's release of `record`, so a chain of unstarted greenlets is killed by that loop
+    // rather than by recursion through this function.
+    release(record.parent.replace(previous));
+    if matches!(record.state(), State::Suspended) && Rc::strong_count(record) == 2 {
+        // It refused, and nothing refers to it but its self count and `record`, which our
+        // caller is about to drop: give up the self count so the record goes with it (its
+        // stack, with live frames, is leaked by `Record::drop`).
+        // SAFETY: a started greenlet that has not finished owns one count of itself, given up
+        // once: here, since it will never run or finish again.
+        unsafe { Rc::decrement_strong_count(Rc::as_ptr(record)) };
     }
     if let Err(payload) = outcome
         && !std::thread::panicking()
@@ -1089,59 +1188,95 @@ where
     }));
     if !run_taken {
         // Killed (a throw) before it started: drop the closure without running it.
-        // SAFETY: never moved out; dropped once. A panicking destructor here would unwind
-        // into the fiber root, so it is caught and the closure's remains are leaked.
-        let _ = panic::catch_unwind(AssertUnwindSafe(|| unsafe { ptr::drop_in_place(run) }));
+        // SAFETY: never moved out; dropped once (a panic of its destructor leaves the rest
+        // leaked).
+        catch_quietly(|| unsafe { ptr::drop_in_place(run) });
     }
-    let payload = match outcome {
+    let mut payload = match outcome {
         Ok(value) => Payload::Value(value),
+        // `from_greenlet_exit` is user code: a panic in it goes to the parent instead.
         Err(payload) if payload.is::<GreenletExit>() => {
-            Payload::Value(T::from_greenlet_exit(GreenletExit))
+            match panic::catch_unwind(|| T::from_greenlet_exit(GreenletExit)) {
+                Ok(value) => Payload::Value(value),
+                Err(payload) => Payload::Panic(payload),
+            }
         }
         Err(payload) => Payload::Panic(payload),
     };
     let me = current_record();
+    // Find where the payload goes, check that it can take it, and tell the hook. This greenlet
+    // still runs (its phase is `Started`) until all of that holds: user code that runs on the
+    // way (the destructor of a value the parent cannot take, or of a payload that a panicking
+    // hook replaces) may switch away and back, as `run` could, and change the parent chain or
+    // what the parent waits for, so the lookup and the check start over after it. The hook
+    // itself cannot switch (`call_trace_hook`). This ends: each pass that drops something
+    // leaves a panic, which needs no type check, and a hook that panics is uninstalled.
+    let parent = loop {
+        let parent = live_ancestor(
+            &me.parent
+                .borrow()
+                .clone()
+                .expect("a greenlet that is not main has a parent"),
+        );
+        let parent_waits_for = parent
+            .waiting
+            .get()
+            .expect("a live ancestor of the running greenlet waits");
+        if let Payload::Value(_) = payload
+            && !parent_waits_for.is::<T>()
+        {
+            let mismatch = Payload::Panic(Box::new(format!(
+                "greenweave: greenlet {} finished with a `{}`, but its parent (greenlet {}) is waiting for a `{}`",
+                me.id.0,
+                type_name::<T>(),
+                parent.id.0,
+                parent_waits_for.name()
+            )));
+            release(Some(parent));
+            let value = core::mem::replace(&mut payload, mismatch);
+            catch_quietly(|| drop(value));
+            continue;
+        }
+        // A panic escaping `run` is raised in the parent: traced as a throw. A hook that
+        // panics cannot unwind from here (this frame is the fiber's root): its panic goes to
+        // the parent instead.
+        let event = match payload {
+            Payload::Value(_) => Event::Switch,
+            Payload::Panic(_) => Event::Throw,
+        };
+        match panic::catch_unwind(AssertUnwindSafe(|| trace(event, &me, &parent))) {
+            Ok(()) => break parent,
+            Err(hook_panic) => {
+                release(Some(parent));
+                let replaced = core::mem::replace(&mut payload, Payload::Panic(hook_panic));
+                catch_quietly(|| drop(replaced));
+            }
+        }
+    };
+    // Nothing runs from here to the switch, so the checks above hold at the delivery.
     me.phase.set(Phase::Dead);
-    let parent = live_ancestor(&me);
-    let parent_waits_for = parent
-        .waiting
-        .get()
-        .expect("a live parent of the running greenlet waits");
-    let payload = match payload {
-        Payload::Value(_) if !parent_waits_for.is::<T>() => Payload::Panic(Box::new(format!(
-            "greenweave: greenlet {} finished with a `{}`, but its parent (greenlet {}) is waiting for a `{}`",
-            me.id.0,
-            type_name::<T>(),
-            parent.id.0,
-            parent_waits_for.name()
-        ))),
-        other => other,
-    };
-    // A panic escaping `run` is raised in the parent: traced as a throw. A hook that panics
-    // here cannot unwind (this frame is the fiber's root): its panic goes to the parent
-    // instead.
-    let event = match payload {
-        Payload::Value(_) => Event::Switch,
-        Payload::Panic(_) => Event::Throw,
-    };
-    let payload = match panic::catch_unwind(AssertUnwindSafe(|| trace(event, &me, &parent))) {
-        Ok(()) => payload,
-        Err(hook_panic) => Payload::Panic(hook_panic),
-    };
     let to = match parent.state() {
         State::Unstarted | State::Suspended => parent.context.get(),
         State::Running | State::Dead => {
             unreachable!("a live parent of the running greenlet is not running")
         }
     };
-    // The parent runs from here on (nothing else runs before the switch); this greenlet's self
-    // count keeps its record (and through it the parent) alive until the parent takes the
-    // message.
+    // The parent runs from here on; this greenlet's self count keeps its record (and through
+    // it the parent) alive until the parent takes the message.
     parent.waiting.set(None);
     set_current(Rc::as_ptr(&parent));
     Exit {
         to,
         message: Delivery::last(Rc::as_ptr(&me), payload),
         leave: Leave::ToPeer,
+    }
+}
+
+/// Runs `f`, which runs user code (a destructor) in a greenlet's root frame, where nothing may
+/// unwind: a panic is caught, and its payload leaked rather than dropped (its own destructor
+/// could panic again).
+fn catch_quietly(f: impl FnOnce()) {
+    if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(f)) {
+        core::mem::forget(payload);
     }
 }

@@ -567,19 +567,26 @@ fn throw_goes_to_the_original_parent() {
 }
 
 #[test]
-fn throw_into_a_dead_greenlet_whose_live_ancestor_is_the_current_one_raises_right_here() {
+fn throw_into_a_dead_greenlet_whose_live_ancestor_is_the_current_one_returns_greenlet_exit_as_a_value()
+ {
+    // test_throw.py: test_kill ("immediately eaten by the already-dead greenlet": the second
+    // throw returns the GreenletExit). Other payloads are raised right here.
     let g = Greenlet::new(|x: Option<u32>| x);
     assert_eq!(g.switch(Some(1)), Some(1));
-    let payload = expect_panic(|| g.throw());
-    assert!(payload.is::<GreenletExit>());
+    assert_eq!(g.throw(), None, "Option's from_greenlet_exit");
+    let g = Greenlet::new(|x: Result<u32, GreenletExit>| x);
+    assert_eq!(g.switch(Ok(1)), Ok(1));
+    assert_eq!(g.throw(), Err(GreenletExit));
+    assert_eq!(g.throw_with(Box::new(GreenletExit)), Err(GreenletExit));
     let payload = expect_panic(|| g.throw_with(Box::new(KeyError)));
     assert!(payload.is::<KeyError>());
 }
 
 #[test]
-fn throw_into_a_dead_greenlet_raises_in_its_nearest_live_ancestor() {
+fn throw_into_a_dead_greenlet_sends_greenlet_exit_as_a_value_and_other_payloads_as_panics_to_its_nearest_live_ancestor()
+ {
     let dead_child: Rc<RefCell<Option<Greenlet<Option<u32>>>>> = Rc::new(RefCell::new(None));
-    let make_parent = |catches: bool| {
+    let make_parent = || {
         let slot = dead_child.clone();
         Greenlet::new(move |x: Option<u32>| {
             let child = Greenlet::new(|y: Option<u32>| y);
@@ -587,28 +594,57 @@ fn throw_into_a_dead_greenlet_raises_in_its_nearest_live_ancestor() {
             assert!(child.is_dead());
             *slot.borrow_mut() = Some(child);
             match catch_unwind(|| switch_to_parent(Some(1))) {
-                Err(payload) if catches && payload.is::<GreenletExit>() => Some(99),
-                Err(payload) => resume_unwind(payload),
+                Ok(None) => Some(99),
                 Ok(value) => value,
+                Err(payload) if payload.is::<KeyError>() => Some(42),
+                Err(payload) => resume_unwind(payload),
             }
         })
     };
 
-    let parent = make_parent(true);
+    let parent = make_parent();
     assert_eq!(parent.switch(Some(5)), Some(1));
     let child = dead_child.borrow_mut().take().unwrap();
     assert_eq!(
         child.throw(),
         Some(99),
-        "the parent caught GreenletExit and returned 99"
+        "the parent's switch returned None, and it returned 99"
     );
     assert!(parent.is_dead());
 
-    let parent = make_parent(false);
+    let parent = make_parent();
     assert_eq!(parent.switch(Some(5)), Some(1));
     let child = dead_child.borrow_mut().take().unwrap();
-    assert_eq!(child.throw(), None, "the parent died of GreenletExit");
+    assert_eq!(
+        child.throw_with(Box::new(KeyError)),
+        Some(42),
+        "the parent's switch raised KeyError, and it returned 42"
+    );
     assert!(parent.is_dead());
+}
+
+#[test]
+fn greenlet_exit_thrown_into_a_dead_greenlet_is_a_value_its_live_ancestor_must_wait_for() {
+    let dead_child: Rc<RefCell<Option<Greenlet<Option<u32>>>>> = Rc::new(RefCell::new(None));
+    let slot = dead_child.clone();
+    let main = current::<()>();
+    let g = Greenlet::new(move |()| {
+        let child = Greenlet::new(|x: Option<u32>| x);
+        assert_eq!(child.switch(Some(1)), Some(1));
+        *slot.borrow_mut() = Some(child);
+        main.switch(()); // waits for a `()`
+    });
+    g.switch(());
+    let child = dead_child.borrow_mut().take().unwrap();
+    assert!(child.is_dead());
+    let payload = expect_panic(|| child.throw());
+    let text = message(&*payload);
+    assert!(
+        text.contains("switched a `core::option::Option<u32>`")
+            && text.contains("waiting for a `()`"),
+        "{text}"
+    );
+    assert!(g.is_active(), "nothing reached g");
 }
 
 #[test]
@@ -1287,9 +1323,9 @@ fn a_hook_installed_before_a_thread_first_uses_greenlets_sees_its_first_switch()
 }
 
 #[test]
-fn a_panicking_trace_hook_makes_the_switch_panic_in_the_sender_before_it_happens() {
-    // test_tracing.py: test_exception_disables_tracing (the switch raises; Python also
-    // removes the hook, which greenweave does not).
+fn a_panicking_trace_hook_is_uninstalled_and_the_switch_panics_in_the_sender_before_it_happens() {
+    // test_tracing.py: test_exception_disables_tracing (the switch raises, and the tracer is
+    // removed).
     fn refuse(_: Event, _: GreenletId, _: GreenletId) {
         panic_any(SomeError);
     }
@@ -1298,7 +1334,10 @@ fn a_panicking_trace_hook_makes_the_switch_panic_in_the_sender_before_it_happens
     let g = Greenlet::new(move |()| flag.set(true));
     greenlet::set_trace(Some(refuse));
     let payload = expect_panic(|| g.switch(()));
-    greenlet::set_trace(None);
+    assert!(
+        greenlet::set_trace(None).is_none(),
+        "the hook was uninstalled"
+    );
     assert!(payload.is::<SomeError>());
     assert!(!ran.get());
     assert!(!g.is_started());
@@ -1331,8 +1370,326 @@ fn a_trace_hook_panicking_as_a_greenlet_finishes_does_not_abort() {
             greenlet::set_trace(Some(refuse));
         });
         let outcome = catch_unwind(AssertUnwindSafe(|| g.switch(())));
-        greenlet::set_trace(None);
+        assert!(
+            greenlet::set_trace(None).is_none(),
+            "the hook was uninstalled"
+        );
         assert!(outcome.is_err(), "the hook's panic reaches main");
+        std::process::exit(0);
+    });
+    assert_eq!(outcome.signal(), None, "{}", outcome.describe());
+    assert!(outcome.status.success(), "{}", outcome.describe());
+}
+
+thread_local! {
+    /// What `act_once` does the next time it is called.
+    static HOOK_ACTION: RefCell<Option<Box<dyn FnOnce()>>> = const { RefCell::new(None) };
+}
+
+/// A trace hook that runs the action `arm_hook` gave it, once, and does nothing after.
+fn act_once(_: Event, _: GreenletId, _: GreenletId) {
+    let action = HOOK_ACTION.with(|slot| slot.borrow_mut().take());
+    if let Some(action) = action {
+        action();
+    }
+}
+
+/// Installs `act_once`, armed with `action`.
+fn arm_hook(action: impl FnOnce() + 'static) {
+    HOOK_ACTION.with(|slot| *slot.borrow_mut() = Some(Box::new(action)));
+    greenlet::set_trace(Some(act_once));
+}
+
+/// The panic a switch inside a trace hook raises: it names the target and says what to do.
+fn assert_switch_in_hook_refused(payload: &(dyn Any + Send), target: GreenletId) {
+    let text = message(payload);
+    assert!(
+        text.contains(&format!(
+            "tried to switch to greenlet {}",
+            target_number(target)
+        )) && text.contains("a trace hook must not switch greenlets")
+            && text.contains("after the hook returns"),
+        "{text}"
+    );
+}
+
+/// The number in a `GreenletId`'s `Debug` output.
+fn target_number(id: GreenletId) -> String {
+    let text = format!("{id:?}");
+    text.trim_start_matches("GreenletId(")
+        .trim_end_matches(')')
+        .to_owned()
+}
+
+/// `g` waits for a `()` in its first switch to main; resumed, it waits for an `Option<String>`
+/// in a switch to a relay, which hands control back to main with a `()`. A hook that resumed
+/// `g` during a switch checked against the first wait would leave the switch delivering a `()`
+/// to the second: type confusion. Returns `g` and what its second switch received.
+fn waits_for_a_unit_then_for_a_string() -> (Greenlet<()>, Log<Option<String>>) {
+    let received = log();
+    let main = current::<()>();
+    let relay_main = main.clone();
+    let relay = Greenlet::new(move |_: Option<String>| {
+        relay_main.switch(());
+        None
+    });
+    let seen = received.clone();
+    let g = Greenlet::new(move |()| {
+        main.switch(());
+        let got = relay.switch(Some("to the relay".to_owned()));
+        seen.borrow_mut().push(got);
+    });
+    g.switch(());
+    (g, received)
+}
+
+#[test]
+fn a_switch_inside_a_trace_hook_panics_so_the_traced_switch_cannot_bring_a_value_its_target_no_longer_waits_for()
+ {
+    const NAME: &str = "a_switch_inside_a_trace_hook_panics_so_the_traced_switch_cannot_bring_a_value_its_target_no_longer_waits_for";
+    let outcome = run_in_child(NAME, || {
+        let (g, received) = waits_for_a_unit_then_for_a_string();
+        let inner = g.clone();
+        arm_hook(move || inner.switch(()));
+        let payload = expect_panic(|| g.switch(()));
+        assert_switch_in_hook_refused(&*payload, g.id());
+        assert!(
+            greenlet::set_trace(None).is_none(),
+            "the hook panicked: uninstalled"
+        );
+        // `g` never moved: it still waits for a `()`, and takes one.
+        g.switch(());
+        assert!(
+            received.borrow().is_empty(),
+            "g now waits in its second switch"
+        );
+        std::process::exit(0);
+    });
+    assert_eq!(outcome.signal(), None, "{}", outcome.describe());
+    assert!(outcome.status.success(), "{}", outcome.describe());
+}
+
+#[test]
+fn a_switch_inside_a_trace_hook_panics_so_a_switch_to_a_dead_greenlet_cannot_bring_its_live_ancestor_a_value_it_no_longer_waits_for()
+ {
+    const NAME: &str = "a_switch_inside_a_trace_hook_panics_so_a_switch_to_a_dead_greenlet_cannot_bring_its_live_ancestor_a_value_it_no_longer_waits_for";
+    let outcome = run_in_child(NAME, || {
+        let (g, received) = waits_for_a_unit_then_for_a_string();
+        let dead = Greenlet::new(|()| ());
+        dead.switch(());
+        dead.set_parent(&g).unwrap();
+        let inner = g.clone();
+        arm_hook(move || inner.switch(()));
+        let payload = expect_panic(|| dead.switch(()));
+        assert_switch_in_hook_refused(&*payload, g.id());
+        assert!(
+            greenlet::set_trace(None).is_none(),
+            "the hook panicked: uninstalled"
+        );
+        dead.switch(());
+        assert!(
+            received.borrow().is_empty(),
+            "g now waits in its second switch"
+        );
+        std::process::exit(0);
+    });
+    assert_eq!(outcome.signal(), None, "{}", outcome.describe());
+    assert!(outcome.status.success(), "{}", outcome.describe());
+}
+
+#[test]
+fn a_switch_inside_a_trace_hook_called_for_a_throw_panics_and_nothing_is_thrown() {
+    let seen = log();
+    let g = Greenlet::new(fmain(seen.clone()));
+    g.switch(());
+    let other_ran = Rc::new(Cell::new(false));
+    let flag = other_ran.clone();
+    let other = Greenlet::new(move |()| flag.set(true));
+    let other_id = other.id();
+    arm_hook(move || other.switch(()));
+    let payload = expect_panic(|| g.throw());
+    assert_switch_in_hook_refused(&*payload, other_id);
+    assert!(
+        greenlet::set_trace(None).is_none(),
+        "the hook panicked: uninstalled"
+    );
+    assert!(!other_ran.get());
+    assert!(
+        seen.borrow().is_empty() && g.is_active(),
+        "nothing was thrown"
+    );
+    g.throw();
+    assert_eq!(*seen.borrow(), ["GreenletExit"]);
+}
+
+#[test]
+fn a_switch_inside_a_trace_hook_called_for_a_finishing_greenlet_panics_and_the_panic_goes_to_the_parent()
+ {
+    let other_ran = Rc::new(Cell::new(false));
+    let flag = other_ran.clone();
+    let other = Greenlet::new(move |()| flag.set(true));
+    let other_id = other.id();
+    let child = Greenlet::new(move |()| {
+        // Armed inside, so that its first call is for the result going to main.
+        arm_hook(move || other.switch(()));
+    });
+    let payload = expect_panic(|| child.switch(()));
+    assert_switch_in_hook_refused(&*payload, other_id);
+    assert!(
+        greenlet::set_trace(None).is_none(),
+        "the hook panicked: uninstalled"
+    );
+    assert!(!other_ran.get());
+    assert!(child.is_dead());
+}
+
+#[test]
+fn dropping_the_last_handle_to_a_suspended_greenlet_inside_a_trace_hook_panics_instead_of_switching_to_kill_it()
+ {
+    let seen = log();
+    let victim = Greenlet::new(fmain(seen.clone()));
+    victim.switch(());
+    let victim_id = victim.id();
+    let target_ran = Rc::new(Cell::new(false));
+    let flag = target_ran.clone();
+    let target = Greenlet::new(move |()| flag.set(true));
+    arm_hook(move || drop(victim));
+    let payload = expect_panic(|| target.switch(()));
+    assert_switch_in_hook_refused(&*payload, victim_id);
+    assert!(
+        greenlet::set_trace(None).is_none(),
+        "the hook panicked: uninstalled"
+    );
+    assert!(!target_ran.get(), "the traced switch did not happen");
+    assert!(
+        seen.borrow().is_empty(),
+        "the victim was not killed (it is leaked)"
+    );
+}
+
+#[test]
+fn a_trace_hook_may_uninstall_itself_and_still_cannot_switch() {
+    let other = Greenlet::new(|()| ());
+    let other_id = other.id();
+    let target = Greenlet::new(|()| ());
+    arm_hook(move || {
+        greenlet::set_trace(None);
+        other.switch(());
+    });
+    let payload = expect_panic(|| target.switch(()));
+    assert_switch_in_hook_refused(&*payload, other_id);
+    assert!(!target.is_started());
+    target.switch(());
+    assert!(target.is_dead());
+}
+
+#[derive(Debug, PartialEq)]
+struct Grumpy;
+
+impl FromGreenletExit for Grumpy {
+    fn from_greenlet_exit(_: GreenletExit) -> Self {
+        panic_any(SomeError)
+    }
+}
+
+#[test]
+fn a_from_greenlet_exit_that_panics_sends_its_panic_to_the_parent_instead_of_aborting() {
+    const NAME: &str =
+        "a_from_greenlet_exit_that_panics_sends_its_panic_to_the_parent_instead_of_aborting";
+    let outcome = run_in_child(NAME, || {
+        let g = Greenlet::new(|_: Grumpy| switch_to_parent(Grumpy));
+        assert_eq!(g.switch(Grumpy), Grumpy);
+        let payload = expect_panic(|| g.throw());
+        assert!(payload.is::<SomeError>());
+        assert!(g.is_dead());
+        std::process::exit(0);
+    });
+    assert_eq!(outcome.signal(), None, "{}", outcome.describe());
+    assert!(outcome.status.success(), "{}", outcome.describe());
+}
+
+thread_local! {
+    /// The greenlets that `SwitchesOnDrop` values were dropped in.
+    static DROPPED_IN: RefCell<Vec<GreenletId>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A message whose destructor notes the greenlet it runs in and switches to the greenlet it
+/// holds.
+struct SwitchesOnDrop(Option<Greenlet<()>>);
+
+impl FromGreenletExit for SwitchesOnDrop {
+    fn from_greenlet_exit(_: GreenletExit) -> Self {
+        SwitchesOnDrop(None)
+    }
+}
+
+impl Drop for SwitchesOnDrop {
+    fn drop(&mut self) {
+        if let Some(g) = self.0.take() {
+            DROPPED_IN.with(|seen| seen.borrow_mut().push(current::<()>().id()));
+            g.switch(());
+        }
+    }
+}
+
+/// A `SwitchesOnDrop` to return from a greenlet: it holds a child of the running greenlet,
+/// which sets `ran` and finishes, so the destructor's switch comes back.
+fn switches_on_drop(ran: &Rc<Cell<bool>>) -> SwitchesOnDrop {
+    let flag = ran.clone();
+    SwitchesOnDrop(Some(Greenlet::new(move |()| flag.set(true))))
+}
+
+#[test]
+fn a_result_the_parent_cannot_take_is_dropped_in_its_greenlet_while_it_still_runs_so_its_destructor_may_switch()
+ {
+    const NAME: &str = "a_result_the_parent_cannot_take_is_dropped_in_its_greenlet_while_it_still_runs_so_its_destructor_may_switch";
+    let outcome = run_in_child(NAME, || {
+        let side_ran = Rc::new(Cell::new(false));
+        let ran = side_ran.clone();
+        let child = Greenlet::new(move |_: SwitchesOnDrop| switches_on_drop(&ran));
+        let inner = child.clone();
+        // Main waits for a `()` from `switcher`, so the child's result is refused.
+        let switcher = Greenlet::new(move |()| {
+            inner.switch(SwitchesOnDrop(None));
+        });
+        let payload = expect_panic(|| switcher.switch(()));
+        let text = message(&*payload);
+        assert!(
+            text.contains("finished with a") && text.contains("waiting for a `()`"),
+            "{text}"
+        );
+        assert!(side_ran.get(), "the refused result's destructor switched");
+        assert_eq!(DROPPED_IN.with(|seen| seen.take()), [child.id()]);
+        assert!(child.is_dead());
+        std::process::exit(0);
+    });
+    assert_eq!(outcome.signal(), None, "{}", outcome.describe());
+    assert!(outcome.status.success(), "{}", outcome.describe());
+}
+
+#[test]
+fn a_result_replaced_by_the_panic_of_a_trace_hook_is_dropped_in_its_greenlet_while_it_still_runs() {
+    const NAME: &str = "a_result_replaced_by_the_panic_of_a_trace_hook_is_dropped_in_its_greenlet_while_it_still_runs";
+    fn refuse(_: Event, _: GreenletId, _: GreenletId) {
+        panic_any(SomeError);
+    }
+    let outcome = run_in_child(NAME, || {
+        let side_ran = Rc::new(Cell::new(false));
+        let ran = side_ran.clone();
+        let child = Greenlet::new(move |_: SwitchesOnDrop| {
+            // Installed inside, so that its first call is for the result going to main.
+            greenlet::set_trace(Some(refuse));
+            switches_on_drop(&ran)
+        });
+        let payload = expect_panic(|| child.switch(SwitchesOnDrop(None)));
+        assert!(payload.is::<SomeError>());
+        assert!(
+            greenlet::set_trace(None).is_none(),
+            "the hook panicked: uninstalled"
+        );
+        assert!(side_ran.get(), "the replaced result's destructor switched");
+        assert_eq!(DROPPED_IN.with(|seen| seen.take()), [child.id()]);
+        assert!(child.is_dead());
         std::process::exit(0);
     });
     assert_eq!(outcome.signal(), None, "{}", outcome.describe());
@@ -1548,6 +1905,62 @@ fn dropping_a_long_chain_of_dead_parents_does_not_overflow_the_stack() {
         assert!(last.is_dead());
         // `last` holds the only link to the chain's 100,000 records, each to the next.
         drop(last);
+        std::process::exit(0);
+    });
+    assert_eq!(outcome.signal(), None, "{}", outcome.describe());
+    assert!(outcome.status.success(), "{}", outcome.describe());
+}
+
+/// Builds a chain of `links` unstarted greenlets, each the parent of the next and held only by
+/// it, drops its last link, and returns how many of their closures were dropped.
+fn drop_a_chain_of_unstarted_greenlets(links: usize) -> usize {
+    let dropped = Rc::new(Cell::new(0));
+    let mut last = current::<()>();
+    for _ in 0..links {
+        let tally = Tally::new(&dropped);
+        last = Greenlet::with_parent(&last, move |()| drop(tally));
+    }
+    assert_eq!(dropped.get(), 0);
+    drop(last);
+    dropped.get()
+}
+
+/// Links enough to overflow a 256 KiB OS-thread stack when each is released by recursion.
+const CHAIN_LINKS: usize = 5_000;
+
+#[test]
+fn dropping_a_long_chain_of_unstarted_greenlets_kills_each_without_overflowing_a_small_thread_stack()
+ {
+    const NAME: &str = "dropping_a_long_chain_of_unstarted_greenlets_kills_each_without_overflowing_a_small_thread_stack";
+    let outcome = run_in_child(NAME, || {
+        let dropped = thread::Builder::new()
+            .name("chain-dropper".to_owned())
+            .stack_size(256 * 1024)
+            .spawn(|| drop_a_chain_of_unstarted_greenlets(CHAIN_LINKS))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(dropped, CHAIN_LINKS, "every closure dropped, none run");
+        std::process::exit(0);
+    });
+    assert_eq!(outcome.signal(), None, "{}", outcome.describe());
+    assert!(outcome.status.success(), "{}", outcome.describe());
+}
+
+#[test]
+fn dropping_a_long_chain_of_unstarted_greenlets_inside_a_coroutine_does_not_overflow_its_small_stack()
+ {
+    const NAME: &str = "dropping_a_long_chain_of_unstarted_greenlets_inside_a_coroutine_does_not_overflow_its_small_stack";
+    let outcome = run_in_child(NAME, || {
+        let stack = greenweave::Stack::new(64 * 1024).unwrap();
+        let mut co = greenweave::Coroutine::<(), (), usize>::with_stack(stack, |_, ()| {
+            drop_a_chain_of_unstarted_greenlets(CHAIN_LINKS)
+        });
+        let dropped = match co.resume(()) {
+            greenweave::CoroutineResult::Return(dropped) => dropped,
+            greenweave::CoroutineResult::Yield(()) => unreachable!("the body never yields"),
+        };
+        assert_eq!(dropped, CHAIN_LINKS, "every closure dropped, none run");
         std::process::exit(0);
     });
     assert_eq!(outcome.signal(), None, "{}", outcome.describe());

@@ -218,9 +218,9 @@ impl Model {
     }
 
     /// Throws GreenletExit into `who` with main as its new parent; what comes back is dropped.
-    /// The old parent is held for the length of the kill: if `who` dies it is released after
-    /// (so an orphaned parent dies after its child), and if `who` refuses, it gets its old
-    /// parent back, as Python's kill does.
+    /// The old parent is held for the length of the kill, and `who` gets it back afterwards,
+    /// dead or not, as Python's kill does (the caller's release then releases it, so an
+    /// orphaned parent dies after its child).
     fn kill(&mut self, who: usize) {
         let previous = std::mem::replace(&mut self.records[who].parent, Parent::Main);
         if let Parent::Greenlet(previous) = previous {
@@ -233,15 +233,9 @@ impl Model {
             "a kill comes back as a value"
         );
         self.records[who].pins -= 1;
-        let died = self.records[who].state == State::Dead;
-        if !died {
-            self.records[who].parent = previous;
-        }
+        self.records[who].parent = previous;
         if let Parent::Greenlet(previous) = previous {
             self.records[previous].pins -= 1;
-            if died {
-                self.release(previous);
-            }
         }
     }
 
@@ -266,6 +260,11 @@ impl Model {
     /// Main switches (or throws) to `target`; follows the chain of deliveries until control
     /// is back in main.
     fn deliver(&mut self, target: usize, mut payload: Payload) -> Outcome {
+        if self.records[target].state == State::Dead && matches!(payload, Payload::Exit) {
+            // A dead greenlet turns a GreenletExit thrown at it into the value a greenlet
+            // dying of it hands on, as Python's throw does.
+            payload = Payload::Value(None);
+        }
         let mut to = Parent::Greenlet(target);
         loop {
             let who = match self.live_ancestor(to) {
