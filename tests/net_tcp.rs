@@ -13,12 +13,14 @@
 mod common;
 
 use std::any::Any;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::io::{self, BufRead, BufReader, ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr};
+use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use common::run_in_child;
@@ -674,36 +676,72 @@ fn one_green_thread_reads_while_another_writes_the_same_stream() {
     });
 }
 
+/// `localhost:<port>`, looked up only once `go` says so: a lookup that cannot finish until a
+/// green thread has run, which it can only do if the connect parked instead of blocking.
+struct GatedLocalhost {
+    port: u16,
+    started: AtomicBool,
+    go: Mutex<mpsc::Receiver<()>>,
+}
+
+impl ToSocketAddrs for GatedLocalhost {
+    type Iter = std::vec::IntoIter<SocketAddr>;
+
+    fn to_socket_addrs(&self) -> io::Result<Self::Iter> {
+        self.started.store(true, Ordering::Release);
+        // A generous limit, not a timing assertion: it turns a blocked OS thread (which would
+        // wait here forever) into a failed connect.
+        let go = self
+            .go
+            .lock()
+            .unwrap()
+            .recv_timeout(Duration::from_secs(60));
+        if go.is_err() {
+            return Err(io::Error::other(
+                "no green thread ran while the hostname was being looked up",
+            ));
+        }
+        ("localhost", self.port).to_socket_addrs()
+    }
+}
+
 #[test]
 fn a_hostname_connect_does_not_block_other_green_threads() {
-    let (connected_to, listening_on, advanced) = greenweave::run(|| {
+    let (connected_to, listening_on, events) = greenweave::run(|| {
         let (listener, addr) = listen();
         let server = greenweave::spawn(move || listener.accept().unwrap().1);
-
-        let counter = Rc::new(Cell::new(0_u64));
-        let done = Rc::new(Cell::new(false));
-        let (c, d) = (counter.clone(), done.clone());
-        let counting = greenweave::spawn(move || {
-            while !d.get() {
-                c.set(c.get() + 1);
+        let (go, gate) = mpsc::channel();
+        let target = Arc::new(GatedLocalhost {
+            port: addr.port(),
+            started: AtomicBool::new(false),
+            go: Mutex::new(gate),
+        });
+        let events: Rc<RefCell<Vec<&str>>> = Rc::default();
+        let (t, e) = (target.clone(), events.clone());
+        // Runs only while the main green thread is parked in its connect (it does not yield
+        // between spawning this and connecting); lets the lookup finish once it has begun.
+        let other = greenweave::spawn(move || {
+            while !t.started.load(Ordering::Acquire) {
                 thread::yield_now();
             }
+            e.borrow_mut()
+                .push("another green thread ran during the lookup");
+            go.send(()).unwrap();
         });
-        thread::yield_now(); // the counter is running
-        let before = counter.get();
-        // This green thread does not yield between reading the counter and connecting, so
-        // any advance happened while the hostname was being resolved.
-        let stream = TcpStream::connect(format!("localhost:{}", addr.port())).unwrap();
-        let advanced = counter.get() - before;
-        done.set(true);
-        counting.join().unwrap();
+        let stream = TcpStream::connect(&*target).unwrap();
+        events.borrow_mut().push("connected");
+        other.join().unwrap();
         let accepted_from = server.join().unwrap();
         assert_eq!(stream.local_addr().unwrap(), accepted_from);
-        (stream.peer_addr().unwrap(), addr, advanced)
+        let events = events.borrow().clone();
+        (stream.peer_addr().unwrap(), addr, events)
     });
     // `localhost` may resolve to ::1 first; that is refused, and 127.0.0.1 is tried next.
     assert_eq!(connected_to, listening_on);
-    assert!(advanced > 0, "the counter stood still during the connect");
+    assert_eq!(
+        events,
+        ["another green thread ran during the lookup", "connected"]
+    );
 }
 
 #[test]
