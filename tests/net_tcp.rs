@@ -11,6 +11,8 @@
 //! failure.
 
 mod common;
+#[path = "common/fd_table.rs"]
+mod fd_table;
 
 use std::any::Any;
 use std::cell::{Cell, RefCell};
@@ -742,6 +744,65 @@ fn a_hostname_connect_does_not_block_other_green_threads() {
         events,
         ["another green thread ran during the lookup", "connected"]
     );
+}
+
+/// How many failed accepts in a row an accept loop in these tests takes before it gives up:
+/// far more than a loop that lets other green threads run ever sees, and reached at once by
+/// one that spins.
+const ACCEPT_FAILURES_BEFORE_GIVING_UP: u32 = 100_000;
+
+#[test]
+fn an_accept_loop_out_of_fds_lets_other_green_threads_run_and_then_serves_the_client() {
+    const NAME: &str =
+        "an_accept_loop_out_of_fds_lets_other_green_threads_run_and_then_serves_the_client";
+    let outcome = run_in_child(NAME, || {
+        let events = greenweave::run(|| {
+            let (listener, addr) = listen();
+            // Queued on the listener while there are fds to spare.
+            let _client = std::net::TcpStream::connect(addr).unwrap();
+            let hog = fd_table::fill_fd_table();
+            let events: Rc<RefCell<Vec<String>>> = Rc::default();
+            let e = events.clone();
+            let acceptor = greenweave::spawn(move || {
+                let mut failures = 0;
+                // The accept loop of std's documentation: report an error and go on.
+                for stream in listener.incoming() {
+                    match stream {
+                        Ok(_) => return e.borrow_mut().push("accepted".to_owned()),
+                        Err(error) => {
+                            if failures == 0 {
+                                let emfile = error.raw_os_error() == Some(libc::EMFILE);
+                                e.borrow_mut()
+                                    .push(format!("accept failed, EMFILE: {emfile}"));
+                            }
+                            failures += 1;
+                            if failures == ACCEPT_FAILURES_BEFORE_GIVING_UP {
+                                return e.borrow_mut().push("gave up".to_owned());
+                            }
+                        }
+                    }
+                }
+            });
+            let e = events.clone();
+            let janitor = greenweave::spawn(move || {
+                e.borrow_mut().push("another green thread ran".to_owned());
+                drop(hog);
+            });
+            janitor.join().unwrap();
+            acceptor.join().unwrap();
+            events.take()
+        });
+        assert_eq!(
+            events,
+            [
+                "another green thread ran",
+                "accept failed, EMFILE: true",
+                "accepted"
+            ]
+        );
+        std::process::exit(0);
+    });
+    assert!(outcome.status.success(), "{}", outcome.describe());
 }
 
 #[test]

@@ -13,7 +13,12 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
 
+use common::run_in_child;
 use greenweave::os::unix::net::{UnixDatagram, UnixListener, UnixStream};
+
+mod common;
+#[path = "common/fd_table.rs"]
+mod fd_table;
 
 /// A socket path unique to this process and test, removed (if anything was created there)
 /// when dropped.
@@ -312,6 +317,66 @@ fn connect_waits_while_the_backlog_is_full_and_completes_after_an_accept() {
         assert_eq!(&buf, b"second");
         drop(first);
     });
+}
+
+#[test]
+fn an_accept_loop_out_of_fds_lets_other_green_threads_run_and_then_serves_the_client() {
+    const NAME: &str =
+        "an_accept_loop_out_of_fds_lets_other_green_threads_run_and_then_serves_the_client";
+    // Far more failed accepts than a loop that lets other green threads run ever sees, and
+    // reached at once by one that spins.
+    const FAILURES_BEFORE_GIVING_UP: u32 = 100_000;
+    let outcome = run_in_child(NAME, || {
+        let events = greenweave::run(|| {
+            // An abstract name: the child exits without running destructors, so no file.
+            let name = format!("greenweave-{}-accept-out-of-fds", std::process::id());
+            let addr = SocketAddr::from_abstract_name(name).unwrap();
+            let listener = UnixListener::bind_addr(&addr).unwrap();
+            // Queued on the listener while there are fds to spare.
+            let _client = std::os::unix::net::UnixStream::connect_addr(&addr).unwrap();
+            let hog = fd_table::fill_fd_table();
+            let events: Rc<RefCell<Vec<String>>> = Rc::default();
+            let e = events.clone();
+            let acceptor = greenweave::spawn(move || {
+                let mut failures = 0;
+                // The accept loop of std's documentation: report an error and go on.
+                for stream in listener.incoming() {
+                    match stream {
+                        Ok(_) => return e.borrow_mut().push("accepted".to_owned()),
+                        Err(error) => {
+                            if failures == 0 {
+                                let emfile = error.raw_os_error() == Some(libc::EMFILE);
+                                e.borrow_mut()
+                                    .push(format!("accept failed, EMFILE: {emfile}"));
+                            }
+                            failures += 1;
+                            if failures == FAILURES_BEFORE_GIVING_UP {
+                                return e.borrow_mut().push("gave up".to_owned());
+                            }
+                        }
+                    }
+                }
+            });
+            let e = events.clone();
+            let janitor = greenweave::spawn(move || {
+                e.borrow_mut().push("another green thread ran".to_owned());
+                drop(hog);
+            });
+            janitor.join().unwrap();
+            acceptor.join().unwrap();
+            events.take()
+        });
+        assert_eq!(
+            events,
+            [
+                "another green thread ran",
+                "accept failed, EMFILE: true",
+                "accepted"
+            ]
+        );
+        std::process::exit(0);
+    });
+    assert!(outcome.status.success(), "{}", outcome.describe());
 }
 
 #[test]

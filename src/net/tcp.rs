@@ -7,7 +7,7 @@ use std::net::{self, Shutdown, SocketAddr, ToSocketAddrs};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use crate::io::source::Source;
+use crate::io::source::{AcceptBackoff, Source};
 use crate::runtime::reactor::Interest;
 use crate::sys::socket;
 
@@ -40,6 +40,7 @@ use super::{check_timeout, resolve};
 pub struct TcpListener {
     source: Source,
     inner: net::TcpListener,
+    accept_backoff: AcceptBackoff,
 }
 
 impl TcpListener {
@@ -60,6 +61,7 @@ impl TcpListener {
         Ok(TcpListener {
             source,
             inner: listener,
+            accept_backoff: AcceptBackoff::new(),
         })
     }
 
@@ -68,16 +70,23 @@ impl TcpListener {
     /// switching it back would make that clone block its OS thread. Call
     /// `set_nonblocking(false)` on the result once no green clone is left.
     pub fn into_std(self) -> io::Result<net::TcpListener> {
-        let TcpListener { source, inner } = self;
+        let TcpListener { source, inner, .. } = self;
         drop(source);
         Ok(inner)
     }
 
     /// Waits (parking this green thread) for a connection.
+    ///
+    /// # Errors
+    /// Those of std. When the process or system is out of fds or memory (`EMFILE`, `ENFILE`,
+    /// `ENOBUFS`, `ENOMEM`), the connection stays queued and this parks for a pause (1 ms,
+    /// doubling with each such failure in a row, up to 64 ms) before returning the error, so
+    /// that a loop which reports errors and calls again lets the other green threads run
+    /// (and close fds) instead of spinning; the next call takes the connection once it can.
     pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
         let (stream, peer) =
             self.source
-                .do_io("TcpListener::accept", Interest::Readable, None, || {
+                .do_accept("TcpListener::accept", &self.accept_backoff, || {
                     self.inner.accept()
                 })?;
         Ok((TcpStream::from_std(stream)?, peer))

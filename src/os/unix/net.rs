@@ -19,7 +19,7 @@ use std::os::unix::net::{self, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
-use crate::io::source::Source;
+use crate::io::source::{AcceptBackoff, Source};
 use crate::runtime::reactor::Interest;
 use crate::sys::socket;
 
@@ -61,6 +61,7 @@ const CONNECT_RETRY_MAX: Duration = Duration::from_millis(64);
 pub struct UnixListener {
     source: Source,
     inner: net::UnixListener,
+    accept_backoff: AcceptBackoff,
 }
 
 impl UnixListener {
@@ -91,6 +92,7 @@ impl UnixListener {
         Ok(UnixListener {
             source,
             inner: listener,
+            accept_backoff: AcceptBackoff::new(),
         })
     }
 
@@ -99,17 +101,24 @@ impl UnixListener {
     /// switching it back would make that clone block its OS thread. Call
     /// `set_nonblocking(false)` on the result once no green clone is left.
     pub fn into_std(self) -> io::Result<net::UnixListener> {
-        let UnixListener { source, inner } = self;
+        let UnixListener { source, inner, .. } = self;
         drop(source);
         Ok(inner)
     }
 
     /// Waits (parking this green thread) for a connection; returns it with the client's
     /// address (usually unnamed: clients rarely bind).
+    ///
+    /// # Errors
+    /// Those of std. When the process or system is out of fds or memory (`EMFILE`, `ENFILE`,
+    /// `ENOBUFS`, `ENOMEM`), the connection stays queued and this parks for a pause (1 ms,
+    /// doubling with each such failure in a row, up to 64 ms) before returning the error, so
+    /// that a loop which reports errors and calls again lets the other green threads run
+    /// (and close fds) instead of spinning; the next call takes the connection once it can.
     pub fn accept(&self) -> io::Result<(UnixStream, SocketAddr)> {
         let (stream, addr) =
             self.source
-                .do_io("UnixListener::accept", Interest::Readable, None, || {
+                .do_accept("UnixListener::accept", &self.accept_backoff, || {
                     self.inner.accept()
                 })?;
         Ok((UnixStream::from_std(stream)?, addr))
