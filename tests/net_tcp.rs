@@ -337,6 +337,137 @@ fn two_thousand_concurrent_connections_are_served_by_one_os_thread() {
     );
 }
 
+/// How long the backlog tests wait for connects that should complete at once: turns a hang
+/// into a failure, not a timing assertion.
+const HANG_LIMIT: Duration = Duration::from_secs(60);
+
+/// Connects `burst` green clients to `addr` and waits until every one has connected (its
+/// handshake done, held in the listener's backlog) before accepting any; then accepts them
+/// all and has each echo one byte. Returns the errors the clients saw.
+fn connect_a_burst_then_accept_it(listener: TcpListener, addr: SocketAddr, burst: usize) {
+    let connected = Rc::new(Cell::new(0_usize));
+    let clients: Vec<JoinHandle<io::Result<()>>> = (0..burst)
+        .map(|i| {
+            let connected = connected.clone();
+            greenweave::spawn(move || {
+                let mut stream = TcpStream::connect(addr)?;
+                connected.set(connected.get() + 1);
+                stream.write_all(&[i as u8])?;
+                let mut byte = [0_u8; 1];
+                stream.read_exact(&mut byte)?;
+                assert_eq!(byte[0], i as u8, "client {i} got another client's byte");
+                Ok(())
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    while connected.get() < burst {
+        assert!(
+            start.elapsed() < HANG_LIMIT,
+            "only {} of {burst} connects completed before the first accept",
+            connected.get()
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+    for _ in 0..burst {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut byte = [0_u8; 1];
+        stream.read_exact(&mut byte).unwrap();
+        stream.write_all(&byte).unwrap();
+    }
+    let errors: Vec<String> = clients
+        .into_iter()
+        .filter_map(|client| client.join().unwrap().err())
+        .map(|error| format!("{:?}: {error}", error.kind()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{} of {burst} clients failed: {errors:?}",
+        errors.len()
+    );
+}
+
+/// The kernel's cap on listen backlogs, `net.core.somaxconn`.
+fn somaxconn() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .expect("/proc/sys/net/core/somaxconn is readable")
+        .trim()
+        .parse()
+        .expect("somaxconn is a number")
+}
+
+/// The backlog a listening TCP socket has, as the kernel reports it: for a listener,
+/// `TCP_INFO`'s `tcpi_sacked` is the queue's limit (what `ss -l` shows as Send-Q). `None`
+/// under qemu-user, which passes only the first 4 bytes of `TCP_INFO` through.
+fn backlog_of(listener: &TcpListener) -> Option<u32> {
+    // SAFETY: tcp_info is plain data for which all zeroes is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info` and `len` are live and describe a buffer of `len` bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            listener.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&raw mut info).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "TCP_INFO: {}", io::Error::last_os_error());
+    let sacked_end = std::mem::offset_of!(libc::tcp_info, tcpi_sacked) + 4;
+    if (len as usize) < sacked_end {
+        println!("note: TCP_INFO came back {len} bytes long (qemu-user?): backlog not checked");
+        return None;
+    }
+    Some(info.tcpi_sacked)
+}
+
+#[test]
+fn bind_gives_a_listener_the_kernels_longest_backlog_not_stds_128() {
+    greenweave::run(|| {
+        let (listener, _) = listen();
+        if let Some(backlog) = backlog_of(&listener) {
+            assert_eq!(backlog, somaxconn());
+        }
+    });
+}
+
+#[test]
+fn bind_with_backlog_sets_the_backlog_which_the_kernel_caps_at_somaxconn() {
+    greenweave::run(|| {
+        let listener = TcpListener::bind_with_backlog("127.0.0.1:0", 16).unwrap();
+        if let Some(backlog) = backlog_of(&listener) {
+            assert_eq!(backlog, 16);
+        }
+        let listener = TcpListener::bind_with_backlog("127.0.0.1:0", u32::MAX).unwrap();
+        if let Some(backlog) = backlog_of(&listener) {
+            assert_eq!(backlog, somaxconn());
+        }
+    });
+}
+
+#[test]
+fn a_listener_with_the_default_backlog_holds_a_burst_of_1000_connects_made_before_any_accept() {
+    const BURST: usize = 1000;
+    if somaxconn() < BURST as u32 {
+        println!(
+            "note: net.core.somaxconn is {}: no listener can hold {BURST} pending connections",
+            somaxconn()
+        );
+        return;
+    }
+    let limit = raise_fd_limit(2 * BURST as u64 + 256);
+    assert!(
+        limit >= 2 * BURST as u64 + 64,
+        "RLIMIT_NOFILE allows only {limit} fds; this test needs {}",
+        2 * BURST + 64
+    );
+    greenweave::run(|| {
+        let (listener, addr) = listen();
+        connect_a_burst_then_accept_it(listener, addr, BURST);
+    });
+}
+
 // ---------------------------------------------------------------------------------------------
 // Timeouts and connection errors
 // ---------------------------------------------------------------------------------------------

@@ -66,7 +66,10 @@ pub struct UnixListener {
 
 impl UnixListener {
     /// Creates a socket file at `path` and listens on it, as
-    /// `std::os::unix::net::UnixListener::bind`.
+    /// `std::os::unix::net::UnixListener::bind`, with a queue of pending connections as long
+    /// as the kernel allows (`net.core.somaxconn`: 4096 since Linux 5.4), as std on Linux and
+    /// this crate's [`TcpListener::bind`](crate::net::TcpListener::bind) ask for. Choose the
+    /// length with [`bind_with_backlog`](Self::bind_with_backlog).
     ///
     /// # Errors
     /// Those of std: `AddrInUse` if `path` exists (a stale socket file included: remove it
@@ -75,18 +78,62 @@ impl UnixListener {
     /// # Panics
     /// Outside a runtime.
     pub fn bind<P: AsRef<Path>>(path: P) -> io::Result<UnixListener> {
-        UnixListener::from_std(net::UnixListener::bind(path)?)
+        UnixListener::bind_with_backlog(path, socket::DEFAULT_BACKLOG)
     }
 
-    /// Listens on `addr` (a path or, on Linux, an abstract name), as std's `bind_addr`.
+    /// Creates a socket file at `path` and listens on it as [`bind`](Self::bind) does, with
+    /// a queue of at most `backlog` pending connections (the `backlog` of `listen(2)`, capped
+    /// by the kernel at `net.core.somaxconn`). Linux holds `backlog + 1`; while the queue is
+    /// full, a green [`UnixStream::connect`] waits (std's blocks).
+    ///
+    /// ```
+    /// use greenweave::os::unix::net::{UnixListener, UnixStream};
+    ///
+    /// let name = format!("greenweave-doc-backlog-{}.sock", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// let server_path = path.clone();
+    /// greenweave::run(move || {
+    ///     let listener = UnixListener::bind_with_backlog(&server_path, 16).unwrap();
+    ///     let _client = UnixStream::connect(&server_path).unwrap();
+    ///     let (_served, _) = listener.accept().unwrap();
+    /// });
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    /// As [`bind`](Self::bind).
+    ///
+    /// # Panics
+    /// Outside a runtime.
+    pub fn bind_with_backlog<P: AsRef<Path>>(path: P, backlog: u32) -> io::Result<UnixListener> {
+        UnixListener::with_backlog(net::UnixListener::bind(path)?, backlog)
+    }
+
+    /// Listens on `addr` (a path or, on Linux, an abstract name), as std's `bind_addr`, with
+    /// the queue length of [`bind`](Self::bind).
     ///
     /// # Panics
     /// Outside a runtime.
     pub fn bind_addr(addr: &SocketAddr) -> io::Result<UnixListener> {
-        UnixListener::from_std(net::UnixListener::bind_addr(addr)?)
+        UnixListener::bind_addr_with_backlog(addr, socket::DEFAULT_BACKLOG)
     }
 
-    /// Makes a std listener green (switches it to non-blocking mode and registers it).
+    /// Listens on `addr` (a path or, on Linux, an abstract name) with a queue of at most
+    /// `backlog` pending connections, as [`bind_with_backlog`](Self::bind_with_backlog).
+    ///
+    /// # Panics
+    /// Outside a runtime.
+    pub fn bind_addr_with_backlog(addr: &SocketAddr, backlog: u32) -> io::Result<UnixListener> {
+        UnixListener::with_backlog(net::UnixListener::bind_addr(addr)?, backlog)
+    }
+
+    fn with_backlog(listener: net::UnixListener, backlog: u32) -> io::Result<UnixListener> {
+        socket::set_backlog(listener.as_fd(), backlog)?;
+        UnixListener::from_std(listener)
+    }
+
+    /// Makes a std listener green (switches it to non-blocking mode and registers it). Its
+    /// backlog stays as it is.
     pub fn from_std(listener: net::UnixListener) -> io::Result<UnixListener> {
         let source = Source::new("UnixListener::from_std", listener.as_raw_fd())?;
         Ok(UnixListener {
