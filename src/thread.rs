@@ -405,6 +405,10 @@ pub fn yield_now() {
 
 /// Parks this green thread for at least `duration`; the others run meanwhile.
 ///
+/// A zero `duration` still lets every other ready green thread run first, as [`yield_now`]
+/// does (gevent's `sleep(0)`), so a loop of `sleep(Duration::ZERO)` is a cancellation point
+/// and is ended by a `time::timeout`, like any other wait.
+///
 /// # Panics
 /// Outside a runtime.
 ///
@@ -431,7 +435,8 @@ pub fn sleep(duration: Duration) {
     }
 }
 
-/// Parks this green thread until `deadline` (returns at once if it has passed).
+/// Parks this green thread until `deadline`. A deadline that has passed makes it yield
+/// instead, as [`yield_now`] does: the others run first, and it is still a cancellation point.
 ///
 /// # Panics
 /// Outside a runtime.
@@ -443,6 +448,12 @@ fn sleep_until_named(what: &str, deadline: Instant) {
     // Outside a runtime this is a mistake whether or not the deadline has passed: say so every
     // time, not only when the machine happens to be fast enough to reach the park.
     with_scheduler(what, |_| ());
+    if Instant::now() >= deadline {
+        // No wait at all would make `loop { sleep(ZERO) }` hold the OS thread for good, deaf to
+        // cancellation and to `timeout`: yield, which honours both.
+        scheduler::yield_now(what);
+        return;
+    }
     while Instant::now() < deadline {
         // `TimedOut` is the sleep's end, or, while this green thread unwinds (it cannot park
         // then), a sleep cut short; `Notified` is spurious (a cancellation or a `timeout`

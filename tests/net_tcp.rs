@@ -11,14 +11,18 @@
 //! failure.
 
 mod common;
+#[path = "common/fd_table.rs"]
+mod fd_table;
 
 use std::any::Any;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::io::{self, BufRead, BufReader, ErrorKind, Read, Write};
-use std::net::{Shutdown, SocketAddr};
+use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::os::fd::AsRawFd;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use common::run_in_child;
@@ -331,6 +335,137 @@ fn two_thousand_concurrent_connections_are_served_by_one_os_thread() {
         peak, connections,
         "every connection was open at the same time"
     );
+}
+
+/// How long the backlog tests wait for connects that should complete at once: turns a hang
+/// into a failure, not a timing assertion.
+const HANG_LIMIT: Duration = Duration::from_secs(60);
+
+/// Connects `burst` green clients to `addr` and waits until every one has connected (its
+/// handshake done, held in the listener's backlog) before accepting any; then accepts them
+/// all and has each echo one byte. Returns the errors the clients saw.
+fn connect_a_burst_then_accept_it(listener: TcpListener, addr: SocketAddr, burst: usize) {
+    let connected = Rc::new(Cell::new(0_usize));
+    let clients: Vec<JoinHandle<io::Result<()>>> = (0..burst)
+        .map(|i| {
+            let connected = connected.clone();
+            greenweave::spawn(move || {
+                let mut stream = TcpStream::connect(addr)?;
+                connected.set(connected.get() + 1);
+                stream.write_all(&[i as u8])?;
+                let mut byte = [0_u8; 1];
+                stream.read_exact(&mut byte)?;
+                assert_eq!(byte[0], i as u8, "client {i} got another client's byte");
+                Ok(())
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    while connected.get() < burst {
+        assert!(
+            start.elapsed() < HANG_LIMIT,
+            "only {} of {burst} connects completed before the first accept",
+            connected.get()
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+    for _ in 0..burst {
+        let (mut stream, _) = listener.accept().unwrap();
+        let mut byte = [0_u8; 1];
+        stream.read_exact(&mut byte).unwrap();
+        stream.write_all(&byte).unwrap();
+    }
+    let errors: Vec<String> = clients
+        .into_iter()
+        .filter_map(|client| client.join().unwrap().err())
+        .map(|error| format!("{:?}: {error}", error.kind()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{} of {burst} clients failed: {errors:?}",
+        errors.len()
+    );
+}
+
+/// The kernel's cap on listen backlogs, `net.core.somaxconn`.
+fn somaxconn() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .expect("/proc/sys/net/core/somaxconn is readable")
+        .trim()
+        .parse()
+        .expect("somaxconn is a number")
+}
+
+/// The backlog a listening TCP socket has, as the kernel reports it: for a listener,
+/// `TCP_INFO`'s `tcpi_sacked` is the queue's limit (what `ss -l` shows as Send-Q). `None`
+/// under qemu-user, which passes only the first 4 bytes of `TCP_INFO` through.
+fn backlog_of(listener: &TcpListener) -> Option<u32> {
+    // SAFETY: tcp_info is plain data for which all zeroes is a valid value.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `info` and `len` are live and describe a buffer of `len` bytes.
+    let rc = unsafe {
+        libc::getsockopt(
+            listener.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&raw mut info).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "TCP_INFO: {}", io::Error::last_os_error());
+    let sacked_end = std::mem::offset_of!(libc::tcp_info, tcpi_sacked) + 4;
+    if (len as usize) < sacked_end {
+        println!("note: TCP_INFO came back {len} bytes long (qemu-user?): backlog not checked");
+        return None;
+    }
+    Some(info.tcpi_sacked)
+}
+
+#[test]
+fn bind_gives_a_listener_the_kernels_longest_backlog_not_stds_128() {
+    greenweave::run(|| {
+        let (listener, _) = listen();
+        if let Some(backlog) = backlog_of(&listener) {
+            assert_eq!(backlog, somaxconn());
+        }
+    });
+}
+
+#[test]
+fn bind_with_backlog_sets_the_backlog_which_the_kernel_caps_at_somaxconn() {
+    greenweave::run(|| {
+        let listener = TcpListener::bind_with_backlog("127.0.0.1:0", 16).unwrap();
+        if let Some(backlog) = backlog_of(&listener) {
+            assert_eq!(backlog, 16);
+        }
+        let listener = TcpListener::bind_with_backlog("127.0.0.1:0", u32::MAX).unwrap();
+        if let Some(backlog) = backlog_of(&listener) {
+            assert_eq!(backlog, somaxconn());
+        }
+    });
+}
+
+#[test]
+fn a_listener_with_the_default_backlog_holds_a_burst_of_1000_connects_made_before_any_accept() {
+    const BURST: usize = 1000;
+    if somaxconn() < BURST as u32 {
+        println!(
+            "note: net.core.somaxconn is {}: no listener can hold {BURST} pending connections",
+            somaxconn()
+        );
+        return;
+    }
+    let limit = raise_fd_limit(2 * BURST as u64 + 256);
+    assert!(
+        limit >= 2 * BURST as u64 + 64,
+        "RLIMIT_NOFILE allows only {limit} fds; this test needs {}",
+        2 * BURST + 64
+    );
+    greenweave::run(|| {
+        let (listener, addr) = listen();
+        connect_a_burst_then_accept_it(listener, addr, BURST);
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -674,36 +809,131 @@ fn one_green_thread_reads_while_another_writes_the_same_stream() {
     });
 }
 
+/// `localhost:<port>`, looked up only once `go` says so: a lookup that cannot finish until a
+/// green thread has run, which it can only do if the connect parked instead of blocking.
+struct GatedLocalhost {
+    port: u16,
+    started: AtomicBool,
+    go: Mutex<mpsc::Receiver<()>>,
+}
+
+impl ToSocketAddrs for GatedLocalhost {
+    type Iter = std::vec::IntoIter<SocketAddr>;
+
+    fn to_socket_addrs(&self) -> io::Result<Self::Iter> {
+        self.started.store(true, Ordering::Release);
+        // A generous limit, not a timing assertion: it turns a blocked OS thread (which would
+        // wait here forever) into a failed connect.
+        let go = self
+            .go
+            .lock()
+            .unwrap()
+            .recv_timeout(Duration::from_secs(60));
+        if go.is_err() {
+            return Err(io::Error::other(
+                "no green thread ran while the hostname was being looked up",
+            ));
+        }
+        ("localhost", self.port).to_socket_addrs()
+    }
+}
+
 #[test]
 fn a_hostname_connect_does_not_block_other_green_threads() {
-    let (connected_to, listening_on, advanced) = greenweave::run(|| {
+    let (connected_to, listening_on, events) = greenweave::run(|| {
         let (listener, addr) = listen();
         let server = greenweave::spawn(move || listener.accept().unwrap().1);
-
-        let counter = Rc::new(Cell::new(0_u64));
-        let done = Rc::new(Cell::new(false));
-        let (c, d) = (counter.clone(), done.clone());
-        let counting = greenweave::spawn(move || {
-            while !d.get() {
-                c.set(c.get() + 1);
+        let (go, gate) = mpsc::channel();
+        let target = Arc::new(GatedLocalhost {
+            port: addr.port(),
+            started: AtomicBool::new(false),
+            go: Mutex::new(gate),
+        });
+        let events: Rc<RefCell<Vec<&str>>> = Rc::default();
+        let (t, e) = (target.clone(), events.clone());
+        // Runs only while the main green thread is parked in its connect (it does not yield
+        // between spawning this and connecting); lets the lookup finish once it has begun.
+        let other = greenweave::spawn(move || {
+            while !t.started.load(Ordering::Acquire) {
                 thread::yield_now();
             }
+            e.borrow_mut()
+                .push("another green thread ran during the lookup");
+            go.send(()).unwrap();
         });
-        thread::yield_now(); // the counter is running
-        let before = counter.get();
-        // This green thread does not yield between reading the counter and connecting, so
-        // any advance happened while the hostname was being resolved.
-        let stream = TcpStream::connect(format!("localhost:{}", addr.port())).unwrap();
-        let advanced = counter.get() - before;
-        done.set(true);
-        counting.join().unwrap();
+        let stream = TcpStream::connect(&*target).unwrap();
+        events.borrow_mut().push("connected");
+        other.join().unwrap();
         let accepted_from = server.join().unwrap();
         assert_eq!(stream.local_addr().unwrap(), accepted_from);
-        (stream.peer_addr().unwrap(), addr, advanced)
+        let events = events.borrow().clone();
+        (stream.peer_addr().unwrap(), addr, events)
     });
     // `localhost` may resolve to ::1 first; that is refused, and 127.0.0.1 is tried next.
     assert_eq!(connected_to, listening_on);
-    assert!(advanced > 0, "the counter stood still during the connect");
+    assert_eq!(
+        events,
+        ["another green thread ran during the lookup", "connected"]
+    );
+}
+
+/// How many failed accepts in a row an accept loop in these tests takes before it gives up:
+/// far more than a loop that lets other green threads run ever sees, and reached at once by
+/// one that spins.
+const ACCEPT_FAILURES_BEFORE_GIVING_UP: u32 = 100_000;
+
+#[test]
+fn an_accept_loop_out_of_fds_lets_other_green_threads_run_and_then_serves_the_client() {
+    const NAME: &str =
+        "an_accept_loop_out_of_fds_lets_other_green_threads_run_and_then_serves_the_client";
+    let outcome = run_in_child(NAME, || {
+        let events = greenweave::run(|| {
+            let (listener, addr) = listen();
+            // Queued on the listener while there are fds to spare.
+            let _client = std::net::TcpStream::connect(addr).unwrap();
+            let hog = fd_table::fill_fd_table();
+            let events: Rc<RefCell<Vec<String>>> = Rc::default();
+            let e = events.clone();
+            let acceptor = greenweave::spawn(move || {
+                let mut failures = 0;
+                // The accept loop of std's documentation: report an error and go on.
+                for stream in listener.incoming() {
+                    match stream {
+                        Ok(_) => return e.borrow_mut().push("accepted".to_owned()),
+                        Err(error) => {
+                            if failures == 0 {
+                                let emfile = error.raw_os_error() == Some(libc::EMFILE);
+                                e.borrow_mut()
+                                    .push(format!("accept failed, EMFILE: {emfile}"));
+                            }
+                            failures += 1;
+                            if failures == ACCEPT_FAILURES_BEFORE_GIVING_UP {
+                                return e.borrow_mut().push("gave up".to_owned());
+                            }
+                        }
+                    }
+                }
+            });
+            let e = events.clone();
+            let janitor = greenweave::spawn(move || {
+                e.borrow_mut().push("another green thread ran".to_owned());
+                drop(hog);
+            });
+            janitor.join().unwrap();
+            acceptor.join().unwrap();
+            events.take()
+        });
+        assert_eq!(
+            events,
+            [
+                "another green thread ran",
+                "accept failed, EMFILE: true",
+                "accepted"
+            ]
+        );
+        std::process::exit(0);
+    });
+    assert!(outcome.status.success(), "{}", outcome.describe());
 }
 
 #[test]

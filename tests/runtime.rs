@@ -62,6 +62,10 @@ fn log<T>() -> Log<T> {
 /// Long enough that a green thread sleeping this long is still asleep when the test ends.
 const FOREVER: Duration = Duration::from_secs(3600);
 
+/// How long a loop that should be ended from outside may run before the test gives up on it:
+/// turns a hang into a failure.
+const HANG_LIMIT: Duration = Duration::from_secs(30);
+
 // ---------------------------------------------------------------------------------------------
 // run: the main green thread's value and panic
 // ---------------------------------------------------------------------------------------------
@@ -491,11 +495,82 @@ fn green_threads_with_equal_deadlines_wake_in_the_order_they_went_to_sleep() {
 }
 
 #[test]
-fn sleep_of_zero_or_a_past_deadline_returns_at_once() {
+fn sleep_of_zero_or_a_past_deadline_returns_without_waiting_when_no_one_else_is_ready() {
     greenweave::run(|| {
         thread::sleep(Duration::ZERO);
         thread::sleep_until(Instant::now() - Duration::from_millis(1));
     });
+}
+
+#[test]
+fn sleep_of_zero_yields_so_two_green_threads_interleave_as_gevents_sleep_0_does() {
+    let trace = greenweave::run(|| {
+        let trace: Log<String> = log();
+        let handles: Vec<_> = [1, 2]
+            .into_iter()
+            .map(|name| {
+                let trace = trace.clone();
+                greenweave::spawn(move || {
+                    trace.borrow_mut().push(format!("{name}A"));
+                    thread::sleep(Duration::ZERO);
+                    trace.borrow_mut().push(format!("{name}B"));
+                })
+            })
+            .collect();
+        handles.into_iter().for_each(|h| h.join().unwrap());
+        Rc::try_unwrap(trace).unwrap().into_inner()
+    });
+    assert_eq!(trace, ["1A", "2A", "1B", "2B"]);
+}
+
+#[test]
+fn sleep_until_a_past_deadline_yields_to_the_other_green_threads() {
+    let trace = greenweave::run(|| {
+        let trace: Log<&str> = log();
+        let t = trace.clone();
+        let other = greenweave::spawn(move || t.borrow_mut().push("other ran"));
+        thread::sleep_until(Instant::now() - Duration::from_millis(1));
+        trace.borrow_mut().push("sleeper resumed");
+        other.join().unwrap();
+        Rc::try_unwrap(trace).unwrap().into_inner()
+    });
+    assert_eq!(trace, ["other ran", "sleeper resumed"]);
+}
+
+#[test]
+fn a_timeout_ends_a_loop_of_zero_sleeps_with_elapsed() {
+    let outcome = greenweave::run(|| {
+        // Bounded, so that a sleep that is no timeout point fails the test instead of hanging it.
+        let start = Instant::now();
+        greenweave::time::timeout(Duration::from_millis(10), || {
+            while start.elapsed() < HANG_LIMIT {
+                thread::sleep(Duration::ZERO);
+            }
+        })
+    });
+    assert!(outcome.is_err(), "the loop of zero sleeps was not ended");
+}
+
+#[test]
+fn cancel_unwinds_a_green_thread_looping_on_zero_sleeps() {
+    let drops = Rc::new(Cell::new(0));
+    let d = drops.clone();
+    let outcome = greenweave::run(move || {
+        let start = Instant::now();
+        let handle = greenweave::spawn(move || {
+            let _guard = Tally(d);
+            // Bounded, so that a sleep that is no cancellation point fails the test instead of
+            // hanging it.
+            while start.elapsed() < HANG_LIMIT {
+                thread::sleep(Duration::ZERO);
+            }
+        });
+        thread::yield_now(); // it starts and goes round its loop
+        handle.cancel();
+        handle.join()
+    });
+    assert!(matches!(outcome, Err(JoinError::Cancelled)), "{outcome:?}");
+    assert_eq!(drops.get(), 1);
 }
 
 #[test]

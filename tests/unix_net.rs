@@ -4,16 +4,22 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{self, ErrorKind, Read, Write};
 use std::net::Shutdown;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Duration;
 
+use common::run_in_child;
 use greenweave::os::unix::net::{UnixDatagram, UnixListener, UnixStream};
+
+mod common;
+#[path = "common/fd_table.rs"]
+mod fd_table;
 
 /// A socket path unique to this process and test, removed (if anything was created there)
 /// when dropped.
@@ -285,10 +291,8 @@ fn incoming_yields_accepted_connections() {
 fn connect_waits_while_the_backlog_is_full_and_completes_after_an_accept() {
     let path = TempPath::new("backlog-full");
     greenweave::run(move || {
-        let listener = UnixListener::bind(&path).unwrap();
-        // A backlog of 0 holds one pending connection; Linux lets `listen` change it.
-        // SAFETY: listen on a socket we own; no pointers.
-        assert_eq!(unsafe { libc::listen(listener.as_raw_fd(), 0) }, 0);
+        // A backlog of 0 holds one pending connection.
+        let listener = UnixListener::bind_with_backlog(&path, 0).unwrap();
         let first = UnixStream::connect(&path).unwrap();
         let second = {
             let path = path.0.clone();
@@ -312,6 +316,171 @@ fn connect_waits_while_the_backlog_is_full_and_completes_after_an_accept() {
         assert_eq!(&buf, b"second");
         drop(first);
     });
+}
+
+/// Connects a new non-blocking socket to `path` without waiting: `WouldBlock` when the
+/// listener's backlog is full (the connect has then not started).
+fn connect_without_waiting(path: &Path) -> io::Result<OwnedFd> {
+    // SAFETY: no pointers; a non-negative result is a new fd that we own.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned to us.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sockaddr_un is plain data for which all zeroes is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_bytes();
+    assert!(
+        bytes.len() < addr.sun_path.len(),
+        "the test path fits in sun_path"
+    );
+    for (slot, byte) in addr.sun_path.iter_mut().zip(bytes) {
+        *slot = *byte as libc::c_char;
+    }
+    let len = std::mem::offset_of!(libc::sockaddr_un, sun_path) + bytes.len() + 1;
+    // SAFETY: `addr` is a valid sockaddr_un of at least `len` bytes.
+    let rc = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&raw const addr).cast(),
+            len as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(fd)
+}
+
+/// How many connects a listener at `path` holds before its backlog is full, up to `most`.
+fn pending_connects_held(path: &Path, most: usize) -> usize {
+    let mut held = Vec::new();
+    while held.len() < most {
+        match connect_without_waiting(path) {
+            Ok(fd) => held.push(fd),
+            Err(error) if error.kind() == ErrorKind::WouldBlock => break,
+            Err(error) => panic!("connect: {error}"),
+        }
+    }
+    held.len()
+}
+
+#[test]
+fn bind_with_backlog_holds_that_many_pending_connects_plus_the_one_linux_adds() {
+    let path = TempPath::new("backlog-3");
+    greenweave::run(move || {
+        let _listener = UnixListener::bind_with_backlog(&path, 3).unwrap();
+        assert_eq!(pending_connects_held(path.as_ref(), 100), 4);
+    });
+}
+
+#[test]
+fn bind_addr_with_backlog_sets_the_backlog_of_an_abstract_listener() {
+    let name = format!("greenweave-{}-abstract-backlog", std::process::id());
+    let addr = SocketAddr::from_abstract_name(name).unwrap();
+    greenweave::run(move || {
+        let listener = UnixListener::bind_addr_with_backlog(&addr, 1).unwrap();
+        let _first = UnixStream::connect_addr(&addr).unwrap();
+        let _second = UnixStream::connect_addr(&addr).unwrap();
+        // The queue is full: a third connect waits for an accept.
+        let third = greenweave::spawn(move || UnixStream::connect_addr(&addr).map(|_| ()));
+        greenweave::thread::yield_now(); // it tries, finds no room and waits
+        assert!(!third.is_finished());
+        let (_accepted, _) = listener.accept().unwrap();
+        third.join().unwrap().unwrap();
+    });
+}
+
+#[test]
+fn a_listener_with_the_default_backlog_holds_a_burst_of_1000_connects_made_before_any_accept() {
+    const BURST: usize = 1000;
+    let path = TempPath::new("backlog-default");
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `limit` is a valid out-parameter.
+    assert_eq!(
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
+        0
+    );
+    if limit.rlim_cur < 2 * BURST as u64 {
+        limit.rlim_cur = limit.rlim_max.min(2 * BURST as u64 + 256);
+        // SAFETY: `limit` is a valid rlimit raising the soft limit at most to the hard one.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
+    }
+    greenweave::run(move || {
+        let _listener = UnixListener::bind(&path).unwrap();
+        assert_eq!(pending_connects_held(path.as_ref(), BURST), BURST);
+    });
+}
+
+#[test]
+fn an_accept_loop_out_of_fds_lets_other_green_threads_run_and_then_serves_the_client() {
+    const NAME: &str =
+        "an_accept_loop_out_of_fds_lets_other_green_threads_run_and_then_serves_the_client";
+    // Far more failed accepts than a loop that lets other green threads run ever sees, and
+    // reached at once by one that spins.
+    const FAILURES_BEFORE_GIVING_UP: u32 = 100_000;
+    let outcome = run_in_child(NAME, || {
+        let events = greenweave::run(|| {
+            // An abstract name: the child exits without running destructors, so no file.
+            let name = format!("greenweave-{}-accept-out-of-fds", std::process::id());
+            let addr = SocketAddr::from_abstract_name(name).unwrap();
+            let listener = UnixListener::bind_addr(&addr).unwrap();
+            // Queued on the listener while there are fds to spare.
+            let _client = std::os::unix::net::UnixStream::connect_addr(&addr).unwrap();
+            let hog = fd_table::fill_fd_table();
+            let events: Rc<RefCell<Vec<String>>> = Rc::default();
+            let e = events.clone();
+            let acceptor = greenweave::spawn(move || {
+                let mut failures = 0;
+                // The accept loop of std's documentation: report an error and go on.
+                for stream in listener.incoming() {
+                    match stream {
+                        Ok(_) => return e.borrow_mut().push("accepted".to_owned()),
+                        Err(error) => {
+                            if failures == 0 {
+                                let emfile = error.raw_os_error() == Some(libc::EMFILE);
+                                e.borrow_mut()
+                                    .push(format!("accept failed, EMFILE: {emfile}"));
+                            }
+                            failures += 1;
+                            if failures == FAILURES_BEFORE_GIVING_UP {
+                                return e.borrow_mut().push("gave up".to_owned());
+                            }
+                        }
+                    }
+                }
+            });
+            let e = events.clone();
+            let janitor = greenweave::spawn(move || {
+                e.borrow_mut().push("another green thread ran".to_owned());
+                drop(hog);
+            });
+            janitor.join().unwrap();
+            acceptor.join().unwrap();
+            events.take()
+        });
+        assert_eq!(
+            events,
+            [
+                "another green thread ran",
+                "accept failed, EMFILE: true",
+                "accepted"
+            ]
+        );
+        std::process::exit(0);
+    });
+    assert!(outcome.status.success(), "{}", outcome.describe());
 }
 
 #[test]

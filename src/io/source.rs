@@ -1,7 +1,10 @@
 //! An fd registered with the runtime's reactor, and the loop every green I/O call runs:
 //! try the operation; on `WouldBlock`, forget the cached readiness and park until the next
-//! edge (or the deadline); retry `EINTR`.
+//! edge (or the deadline); retry `EINTR`. Also the accept loop's variant of it, which pauses
+//! after a failure for lack of resources (see [`Source::do_accept`]).
 
+use std::cell::Cell;
+use std::cmp;
 use std::io;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
@@ -54,6 +57,40 @@ impl Source {
             }
             // The operation will be retried anyway, so trust the edge: no poll(2) check.
             self.park_until(what, interest, deadline, Verify::No)?;
+        }
+    }
+
+    /// `do_io` for `accept(2)` on a listener. When the kernel refuses for lack of resources
+    /// (`EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`), this green thread parks for a pause (`backoff`:
+    /// 1 ms, doubling with each such failure in a row up to 64 ms) before the error is
+    /// returned, so that an accept loop which reports errors and goes on, as std's docs show,
+    /// lets the other green threads run (and free fds) instead of spinning, and is a
+    /// cancellation point and bounded by a `time::timeout`.
+    ///
+    /// The cached readiness is kept: such a failure does not consume the pending connection,
+    /// and with edge-triggered epoll no new edge comes for connections already queued, so
+    /// forgetting it would leave them unserved until another client connects. The call after
+    /// the pause tries `accept(2)` again, which either succeeds or (nothing queued) clears the
+    /// cache and parks as usual.
+    pub(crate) fn do_accept<R>(
+        &self,
+        what: &str,
+        backoff: &AcceptBackoff,
+        operation: impl FnMut() -> io::Result<R>,
+    ) -> io::Result<R> {
+        match self.do_io(what, Interest::Readable, None, operation) {
+            Ok(accepted) => {
+                backoff.reset();
+                Ok(accepted)
+            }
+            Err(error) if is_out_of_resources(&error) => {
+                let deadline = Instant::now().checked_add(backoff.next_pause());
+                // Parked only for the pause: a cancellation or an expired `timeout` unwinds
+                // out of `park`; a spurious wake-up just ends the pause early.
+                scheduler::park(what, Wait::Sleep, deadline, None, |_, _| {});
+                Err(error)
+            }
+            Err(error) => Err(error),
         }
     }
 
@@ -113,6 +150,43 @@ impl Source {
             }
         }
     }
+}
+
+/// The pause of [`Source::do_accept`] after a failure for lack of resources: a listener's
+/// count of such failures in a row, as the next pause.
+pub(crate) struct AcceptBackoff {
+    pause: Cell<Duration>,
+}
+
+impl AcceptBackoff {
+    const FIRST: Duration = Duration::from_millis(1);
+    const MAX: Duration = Duration::from_millis(64);
+
+    pub(crate) fn new() -> AcceptBackoff {
+        AcceptBackoff {
+            pause: Cell::new(AcceptBackoff::FIRST),
+        }
+    }
+
+    /// The pause to take now; doubles the one after it.
+    fn next_pause(&self) -> Duration {
+        let pause = self.pause.get();
+        self.pause.set(cmp::min(pause * 2, AcceptBackoff::MAX));
+        pause
+    }
+
+    fn reset(&self) {
+        self.pause.set(AcceptBackoff::FIRST);
+    }
+}
+
+/// Whether `accept(2)` failed for lack of fds or memory, which no readiness event will
+/// announce the end of.
+fn is_out_of_resources(error: &io::Error) -> bool {
+    matches!(
+        error.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
 }
 
 /// Whether a wait confirms cached readiness with the kernel before returning.

@@ -7,7 +7,7 @@ use std::net::{self, Shutdown, SocketAddr, ToSocketAddrs};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use crate::io::source::Source;
+use crate::io::source::{AcceptBackoff, Source};
 use crate::runtime::reactor::Interest;
 use crate::sys::socket;
 
@@ -40,26 +40,73 @@ use super::{check_timeout, resolve};
 pub struct TcpListener {
     source: Source,
     inner: net::TcpListener,
+    accept_backoff: AcceptBackoff,
 }
 
 impl TcpListener {
     /// Binds to `addr` (resolving a hostname on another OS thread), as
-    /// `std::net::TcpListener::bind`.
+    /// `std::net::TcpListener::bind`, but with a longer queue of pending connections: as long
+    /// as the kernel allows (`net.core.somaxconn`: 4096 since Linux 5.4) where std asks for
+    /// 128. A burst of clients connecting at once is then held until accepted, instead of
+    /// having SYNs dropped and waiting a second or more for each retransmission. Choose the
+    /// length with [`bind_with_backlog`](Self::bind_with_backlog).
     ///
     /// # Panics
     /// Outside a runtime.
     pub fn bind<A: ToSocketAddrs + Sync>(addr: A) -> io::Result<TcpListener> {
-        let addrs = resolve("TcpListener::bind", &addr)?;
+        TcpListener::bind_named("TcpListener::bind", addr, socket::DEFAULT_BACKLOG)
+    }
+
+    /// Binds to `addr` as [`bind`](Self::bind) does, with a queue of at most `backlog`
+    /// connections that have completed their handshake but are not accepted yet: the
+    /// `backlog` of `listen(2)`, which std does not let you choose (tokio's
+    /// `TcpSocket::listen(backlog)` is the same knob). The kernel caps it at
+    /// `net.core.somaxconn`. When the queue is full, Linux drops new SYNs and the clients
+    /// retransmit them later.
+    ///
+    /// ```
+    /// use std::io::{Read, Write};
+    /// use greenweave::net::{TcpListener, TcpStream};
+    ///
+    /// greenweave::run(|| {
+    ///     let listener = TcpListener::bind_with_backlog("127.0.0.1:0", 16).unwrap();
+    ///     let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    ///     client.write_all(b"hi").unwrap();
+    ///     let (mut served, _) = listener.accept().unwrap();
+    ///     let mut greeting = [0; 2];
+    ///     served.read_exact(&mut greeting).unwrap();
+    ///     assert_eq!(&greeting, b"hi");
+    /// });
+    /// ```
+    ///
+    /// # Panics
+    /// Outside a runtime.
+    pub fn bind_with_backlog<A: ToSocketAddrs + Sync>(
+        addr: A,
+        backlog: u32,
+    ) -> io::Result<TcpListener> {
+        TcpListener::bind_named("TcpListener::bind_with_backlog", addr, backlog)
+    }
+
+    fn bind_named<A: ToSocketAddrs + Sync>(
+        what: &'static str,
+        addr: A,
+        backlog: u32,
+    ) -> io::Result<TcpListener> {
+        let addrs = resolve(what, &addr)?;
         let inner = net::TcpListener::bind(&addrs[..])?;
+        socket::set_backlog(inner.as_fd(), backlog)?;
         TcpListener::from_std(inner)
     }
 
-    /// Makes a std listener green (switches it to non-blocking mode and registers it).
+    /// Makes a std listener green (switches it to non-blocking mode and registers it). Its
+    /// backlog stays as it is (128 if std's `bind` made it).
     pub fn from_std(listener: net::TcpListener) -> io::Result<TcpListener> {
         let source = Source::new("TcpListener::from_std", listener.as_raw_fd())?;
         Ok(TcpListener {
             source,
             inner: listener,
+            accept_backoff: AcceptBackoff::new(),
         })
     }
 
@@ -68,16 +115,23 @@ impl TcpListener {
     /// switching it back would make that clone block its OS thread. Call
     /// `set_nonblocking(false)` on the result once no green clone is left.
     pub fn into_std(self) -> io::Result<net::TcpListener> {
-        let TcpListener { source, inner } = self;
+        let TcpListener { source, inner, .. } = self;
         drop(source);
         Ok(inner)
     }
 
     /// Waits (parking this green thread) for a connection.
+    ///
+    /// # Errors
+    /// Those of std. When the process or system is out of fds or memory (`EMFILE`, `ENFILE`,
+    /// `ENOBUFS`, `ENOMEM`), the connection stays queued and this parks for a pause (1 ms,
+    /// doubling with each such failure in a row, up to 64 ms) before returning the error, so
+    /// that a loop which reports errors and calls again lets the other green threads run
+    /// (and close fds) instead of spinning; the next call takes the connection once it can.
     pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
         let (stream, peer) =
             self.source
-                .do_io("TcpListener::accept", Interest::Readable, None, || {
+                .do_accept("TcpListener::accept", &self.accept_backoff, || {
                     self.inner.accept()
                 })?;
         Ok((TcpStream::from_std(stream)?, peer))

@@ -4,7 +4,7 @@
 use std::io;
 use std::mem;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::SocketAddr as UnixSocketAddr;
@@ -163,6 +163,22 @@ pub(crate) fn take_error(fd: &OwnedFd) -> io::Result<Option<io::Error>> {
         )
     })?;
     Ok((error != 0).then(|| io::Error::from_raw_os_error(error)))
+}
+
+/// The backlog a listener gets unless told otherwise: as many pending connections as the
+/// kernel allows (`net.core.somaxconn`, 4096 since Linux 5.4; the kernel caps any larger
+/// value to it), as std's `UnixListener` already asks for on Linux. std's `TcpListener` asks
+/// for 128, which a burst of connects overflows: the kernel then drops their SYNs, and each
+/// waits a second or more for a retransmission.
+pub(crate) const DEFAULT_BACKLOG: u32 = libc::c_int::MAX as u32;
+
+/// Sets the backlog of a listening socket (`listen(2)` again: on Linux that only changes the
+/// queue's length). Values above `c_int::MAX` mean the same as it: the kernel's maximum.
+pub(crate) fn set_backlog(fd: BorrowedFd<'_>, backlog: u32) -> io::Result<()> {
+    let backlog = libc::c_int::try_from(backlog).unwrap_or(libc::c_int::MAX);
+    // SAFETY: listen takes no pointers; `fd` is a live socket for the duration of the call.
+    check(unsafe { libc::listen(fd.as_raw_fd(), backlog) })?;
+    Ok(())
 }
 
 /// Puts `fd` in non-blocking mode (for fds handed to us by std or the user).

@@ -19,7 +19,7 @@ use std::os::unix::net::{self, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
-use crate::io::source::Source;
+use crate::io::source::{AcceptBackoff, Source};
 use crate::runtime::reactor::Interest;
 use crate::sys::socket;
 
@@ -61,11 +61,15 @@ const CONNECT_RETRY_MAX: Duration = Duration::from_millis(64);
 pub struct UnixListener {
     source: Source,
     inner: net::UnixListener,
+    accept_backoff: AcceptBackoff,
 }
 
 impl UnixListener {
     /// Creates a socket file at `path` and listens on it, as
-    /// `std::os::unix::net::UnixListener::bind`.
+    /// `std::os::unix::net::UnixListener::bind`, with a queue of pending connections as long
+    /// as the kernel allows (`net.core.somaxconn`: 4096 since Linux 5.4), as std on Linux and
+    /// this crate's [`TcpListener::bind`](crate::net::TcpListener::bind) ask for. Choose the
+    /// length with [`bind_with_backlog`](Self::bind_with_backlog).
     ///
     /// # Errors
     /// Those of std: `AddrInUse` if `path` exists (a stale socket file included: remove it
@@ -74,23 +78,68 @@ impl UnixListener {
     /// # Panics
     /// Outside a runtime.
     pub fn bind<P: AsRef<Path>>(path: P) -> io::Result<UnixListener> {
-        UnixListener::from_std(net::UnixListener::bind(path)?)
+        UnixListener::bind_with_backlog(path, socket::DEFAULT_BACKLOG)
     }
 
-    /// Listens on `addr` (a path or, on Linux, an abstract name), as std's `bind_addr`.
+    /// Creates a socket file at `path` and listens on it as [`bind`](Self::bind) does, with
+    /// a queue of at most `backlog` pending connections (the `backlog` of `listen(2)`, capped
+    /// by the kernel at `net.core.somaxconn`). Linux holds `backlog + 1`; while the queue is
+    /// full, a green [`UnixStream::connect`] waits (std's blocks).
+    ///
+    /// ```
+    /// use greenweave::os::unix::net::{UnixListener, UnixStream};
+    ///
+    /// let name = format!("greenweave-doc-backlog-{}.sock", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// let server_path = path.clone();
+    /// greenweave::run(move || {
+    ///     let listener = UnixListener::bind_with_backlog(&server_path, 16).unwrap();
+    ///     let _client = UnixStream::connect(&server_path).unwrap();
+    ///     let (_served, _) = listener.accept().unwrap();
+    /// });
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    /// As [`bind`](Self::bind).
+    ///
+    /// # Panics
+    /// Outside a runtime.
+    pub fn bind_with_backlog<P: AsRef<Path>>(path: P, backlog: u32) -> io::Result<UnixListener> {
+        UnixListener::with_backlog(net::UnixListener::bind(path)?, backlog)
+    }
+
+    /// Listens on `addr` (a path or, on Linux, an abstract name), as std's `bind_addr`, with
+    /// the queue length of [`bind`](Self::bind).
     ///
     /// # Panics
     /// Outside a runtime.
     pub fn bind_addr(addr: &SocketAddr) -> io::Result<UnixListener> {
-        UnixListener::from_std(net::UnixListener::bind_addr(addr)?)
+        UnixListener::bind_addr_with_backlog(addr, socket::DEFAULT_BACKLOG)
     }
 
-    /// Makes a std listener green (switches it to non-blocking mode and registers it).
+    /// Listens on `addr` (a path or, on Linux, an abstract name) with a queue of at most
+    /// `backlog` pending connections, as [`bind_with_backlog`](Self::bind_with_backlog).
+    ///
+    /// # Panics
+    /// Outside a runtime.
+    pub fn bind_addr_with_backlog(addr: &SocketAddr, backlog: u32) -> io::Result<UnixListener> {
+        UnixListener::with_backlog(net::UnixListener::bind_addr(addr)?, backlog)
+    }
+
+    fn with_backlog(listener: net::UnixListener, backlog: u32) -> io::Result<UnixListener> {
+        socket::set_backlog(listener.as_fd(), backlog)?;
+        UnixListener::from_std(listener)
+    }
+
+    /// Makes a std listener green (switches it to non-blocking mode and registers it). Its
+    /// backlog stays as it is.
     pub fn from_std(listener: net::UnixListener) -> io::Result<UnixListener> {
         let source = Source::new("UnixListener::from_std", listener.as_raw_fd())?;
         Ok(UnixListener {
             source,
             inner: listener,
+            accept_backoff: AcceptBackoff::new(),
         })
     }
 
@@ -99,17 +148,24 @@ impl UnixListener {
     /// switching it back would make that clone block its OS thread. Call
     /// `set_nonblocking(false)` on the result once no green clone is left.
     pub fn into_std(self) -> io::Result<net::UnixListener> {
-        let UnixListener { source, inner } = self;
+        let UnixListener { source, inner, .. } = self;
         drop(source);
         Ok(inner)
     }
 
     /// Waits (parking this green thread) for a connection; returns it with the client's
     /// address (usually unnamed: clients rarely bind).
+    ///
+    /// # Errors
+    /// Those of std. When the process or system is out of fds or memory (`EMFILE`, `ENFILE`,
+    /// `ENOBUFS`, `ENOMEM`), the connection stays queued and this parks for a pause (1 ms,
+    /// doubling with each such failure in a row, up to 64 ms) before returning the error, so
+    /// that a loop which reports errors and calls again lets the other green threads run
+    /// (and close fds) instead of spinning; the next call takes the connection once it can.
     pub fn accept(&self) -> io::Result<(UnixStream, SocketAddr)> {
         let (stream, addr) =
             self.source
-                .do_io("UnixListener::accept", Interest::Readable, None, || {
+                .do_accept("UnixListener::accept", &self.accept_backoff, || {
                     self.inner.accept()
                 })?;
         Ok((UnixStream::from_std(stream)?, addr))
