@@ -456,8 +456,7 @@ fn sleep_until_named(what: &str, deadline: Instant) {
     }
     while Instant::now() < deadline {
         // `TimedOut` is the sleep's end, or, while this green thread unwinds (it cannot park
-        // then), a sleep cut short; `Notified` is spurious (a cancellation or a `timeout`
-        // scope, delivered at the next park).
+        // then), a sleep cut short; anything else is a spurious wake-up: sleep on.
         if scheduler::park(what, Wait::Sleep, Some(deadline), None, |_, _| {}) == Wake::TimedOut {
             break;
         }
