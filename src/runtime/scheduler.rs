@@ -209,7 +209,7 @@ impl Drop for TaskTable {
         // end the coroutines while their tasks are still whole, leaking them when unwinding
         // them now would be a panic while panicking.
         for task in self.slots.iter().flatten() {
-            let coroutine = task.coroutine.borrow_mut().take();
+            let coroutine = task.abandon();
             if std::thread::panicking() {
                 std::mem::forget(coroutine);
             } else {
@@ -691,7 +691,7 @@ impl Scheduler {
         self.timers.borrow_mut().clear();
         let leftovers = self.tasks.borrow_mut().drain();
         for task in leftovers {
-            let coroutine = task.coroutine.borrow_mut().take();
+            let coroutine = task.abandon();
             if std::thread::panicking() {
                 // A green thread parked in a destructor during its own unwind leaves the OS
                 // thread's panic count raised: force-unwinding any stack now would be a panic
