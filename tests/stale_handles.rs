@@ -11,13 +11,23 @@
 mod common;
 
 use std::cell::{Cell, RefCell};
+use std::io::{Read, Write};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::rc::Rc;
 use std::time::Duration;
 
+use greenweave::io::Async;
+use greenweave::net::{TcpListener, TcpStream, UdpSocket};
+use greenweave::os::unix::net::{UnixDatagram, UnixStream};
 use greenweave::sync::Event;
 use greenweave::thread::{self, JoinError, JoinHandle};
+use greenweave::time::timeout;
 
 use common::run_in_child;
+
+/// Longer than any wait here can take, even under qemu on a loaded machine; it only turns a
+/// hang into a failure.
+const LIMIT: Duration = Duration::from_secs(60);
 
 const FOREVER: Duration = Duration::from_secs(3600);
 
@@ -173,4 +183,147 @@ fn join_in_a_later_run_of_a_green_thread_leaked_mid_unwind_at_shutdown_reports_c
         },
     );
     assert!(outcome.status.success(), "{}", outcome.describe());
+}
+
+// ---------------------------------------------------------------------------------------------
+// I/O objects
+// ---------------------------------------------------------------------------------------------
+
+/// Runs `body` in a runtime, bounded by [`LIMIT`], and returns its value.
+fn in_a_new_run<T: 'static>(body: impl FnOnce() -> T + 'static) -> T {
+    greenweave::run(move || timeout(LIMIT, body).expect("the body finished within the limit"))
+}
+
+#[test]
+fn a_unix_stream_pair_from_an_ended_runtime_carries_data_both_ways_in_the_next() {
+    let (a, b) = greenweave::run(|| UnixStream::pair().unwrap());
+    // More than the socket buffers hold: the writer waits for room while the reader waits for
+    // data, so both directions park in the new runtime.
+    const LEN: usize = 4 << 20;
+    let received = in_a_new_run(move || {
+        let mut a = a;
+        let mut b = b;
+        let writer = greenweave::spawn(move || {
+            let data: Vec<u8> = (0..LEN).map(|i| (i % 251) as u8).collect();
+            a.write_all(&data).unwrap();
+        });
+        let mut received = Vec::new();
+        let mut buf = vec![0; 64 * 1024];
+        while received.len() < LEN {
+            let read = b.read(&mut buf).unwrap();
+            assert!(read > 0, "the writer is still there");
+            received.extend_from_slice(&buf[..read]);
+        }
+        writer.join().unwrap();
+        received
+    });
+    assert_eq!(received.len(), LEN);
+    assert!(
+        received
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| b == (i % 251) as u8)
+    );
+}
+
+#[test]
+fn a_tcp_stream_from_an_ended_runtime_reads_in_the_next() {
+    let (client, server) = greenweave::run(|| {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        (client, server)
+    });
+    let got = in_a_new_run(move || {
+        let mut client = client;
+        let mut server = server;
+        // The reader waits first: the writer runs only once it has parked.
+        greenweave::spawn(move || client.write_all(b"later").unwrap());
+        let mut buf = [0; 5];
+        server.read_exact(&mut buf).unwrap();
+        buf
+    });
+    assert_eq!(&got, b"later");
+}
+
+#[test]
+fn a_tcp_listener_from_an_ended_runtime_accepts_in_the_next() {
+    let listener = greenweave::run(|| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap());
+    let greeting = in_a_new_run(move || {
+        let addr = listener.local_addr().unwrap();
+        greenweave::spawn(move || {
+            let mut client = TcpStream::connect(addr).unwrap();
+            client.write_all(b"hi").unwrap();
+        });
+        let (mut server, _) = listener.accept().unwrap();
+        let mut buf = [0; 2];
+        server.read_exact(&mut buf).unwrap();
+        buf
+    });
+    assert_eq!(&greeting, b"hi");
+}
+
+#[test]
+fn a_udp_socket_from_an_ended_runtime_receives_in_the_next() {
+    let (receiver, sender) = greenweave::run(|| {
+        let receiver = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        let sender = UdpSocket::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
+        (receiver, sender)
+    });
+    let (len, from, expected_from) = in_a_new_run(move || {
+        let to = receiver.local_addr().unwrap();
+        let from: SocketAddr = sender.local_addr().unwrap();
+        greenweave::spawn(move || sender.send_to(b"ping", to).unwrap());
+        let mut buf = [0; 16];
+        let (len, source) = receiver.recv_from(&mut buf).unwrap();
+        assert_eq!(&buf[..len], b"ping");
+        (len, source, from)
+    });
+    assert_eq!((len, from), (4, expected_from));
+}
+
+#[test]
+fn a_unix_datagram_from_an_ended_runtime_receives_in_the_next() {
+    let (a, b) = greenweave::run(|| UnixDatagram::pair().unwrap());
+    let got = in_a_new_run(move || {
+        greenweave::spawn(move || a.send(b"dgram").unwrap());
+        let mut buf = [0; 16];
+        let len = b.recv(&mut buf).unwrap();
+        buf[..len].to_vec()
+    });
+    assert_eq!(got, b"dgram");
+}
+
+#[test]
+fn an_async_fd_from_an_ended_runtime_waits_for_readable_in_the_next() {
+    let (a, b) = greenweave::run(|| {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        (Async::new(a).unwrap(), Async::new(b).unwrap())
+    });
+    let got = in_a_new_run(move || {
+        greenweave::spawn(move || (&a).write_all(b"ready").unwrap());
+        b.readable().unwrap(); // parks until the writer has written
+        let mut buf = [0; 5];
+        (&b).read_exact(&mut buf).unwrap();
+        buf
+    });
+    assert_eq!(&got, b"ready");
+}
+
+#[test]
+fn an_io_object_from_an_ended_runtime_that_must_wait_outside_any_says_to_use_run() {
+    let (_a, mut b) = greenweave::run(|| UnixStream::pair().unwrap());
+    let payload = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut buf = [0; 1];
+        let _ = b.read(&mut buf); // nothing to read: it would have to wait
+    }))
+    .expect_err("a wait outside any runtime panics");
+    let message = payload
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        message.contains("outside a greenweave runtime") && message.contains("greenweave::run"),
+        "{message:?}"
+    );
 }
