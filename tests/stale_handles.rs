@@ -19,7 +19,7 @@ use std::time::Duration;
 use greenweave::io::Async;
 use greenweave::net::{TcpListener, TcpStream, UdpSocket};
 use greenweave::os::unix::net::{UnixDatagram, UnixStream};
-use greenweave::sync::Event;
+use greenweave::sync::{Event, mpsc};
 use greenweave::thread::{self, JoinError, JoinHandle};
 use greenweave::time::timeout;
 
@@ -30,6 +30,18 @@ use common::run_in_child;
 const LIMIT: Duration = Duration::from_secs(60);
 
 const FOREVER: Duration = Duration::from_secs(3600);
+
+/// Runs `f` on an OS thread of its own and returns its value, failing the test if it has not
+/// finished within [`LIMIT`] (the thread is left behind then).
+fn within_limit<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done, result) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(f());
+    });
+    result
+        .recv_timeout(LIMIT)
+        .unwrap_or_else(|error| panic!("the test body did not finish: {error}"))
+}
 
 /// Counts its own drops in a shared counter.
 struct Tally(Rc<Cell<usize>>);
@@ -326,4 +338,80 @@ fn an_io_object_from_an_ended_runtime_that_must_wait_outside_any_says_to_use_run
         message.contains("outside a greenweave runtime") && message.contains("greenweave::run"),
         "{message:?}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Remote senders
+// ---------------------------------------------------------------------------------------------
+
+/// In a runtime: makes `send` run on another OS thread once this green thread has parked (a
+/// green thread spawned now runs only then), and returns that OS thread's handle.
+fn send_from_another_thread_once_parked<S: Send + 'static>(
+    send: impl FnOnce() -> S + Send + 'static,
+) -> std::thread::JoinHandle<S> {
+    let (go, wait_for_go) = std::sync::mpsc::channel();
+    let other = std::thread::spawn(move || {
+        wait_for_go.recv().unwrap();
+        send()
+    });
+    greenweave::spawn(move || go.send(()).unwrap());
+    other
+}
+
+#[test]
+fn a_remote_sender_from_an_ended_runtime_wakes_its_receiver_in_the_next() {
+    let (receiver, remote) = greenweave::run(|| {
+        let (sender, receiver) = mpsc::channel::<u32>();
+        (receiver, sender.remote())
+    });
+    let got = in_a_new_run(move || {
+        let other = send_from_another_thread_once_parked(move || remote.send(7).unwrap());
+        let got = receiver.recv();
+        other.join().unwrap();
+        got
+    });
+    assert_eq!(got, Ok(7));
+}
+
+#[test]
+fn a_remote_sender_alive_from_an_ended_runtime_is_not_taken_for_a_deadlock_in_the_next() {
+    // `recv` with no deadline and nothing else to wait for: only the remote sender can end the
+    // wait, so the runtime must count it, not report a deadlock.
+    let got = within_limit(|| {
+        let (receiver, remote) = greenweave::run(|| {
+            let (sender, receiver) = mpsc::channel::<u32>();
+            (receiver, sender.remote())
+        });
+        greenweave::run(move || {
+            let other = send_from_another_thread_once_parked(move || {
+                remote.send(1).unwrap();
+                remote.send(2).unwrap();
+                // Dropped here: the receiver then sees the channel disconnected.
+            });
+            let got: Vec<u32> = receiver.iter().collect();
+            other.join().unwrap();
+            got
+        })
+    });
+    assert_eq!(got, [1, 2]);
+}
+
+#[test]
+fn a_remote_sender_made_in_a_later_run_for_a_channel_of_an_ended_one_wakes_the_receiver() {
+    let got = within_limit(|| {
+        let (sender, receiver) = greenweave::run(|| {
+            let (sender, receiver) = mpsc::channel::<u32>();
+            drop(sender.remote()); // the channel's remote inbox belongs to this runtime
+            (sender, receiver)
+        });
+        greenweave::run(move || {
+            let remote = sender.remote();
+            drop(sender);
+            let other = send_from_another_thread_once_parked(move || remote.send(3).unwrap());
+            let got: Vec<u32> = receiver.iter().collect();
+            other.join().unwrap();
+            got
+        })
+    });
+    assert_eq!(got, [3]);
 }
