@@ -149,8 +149,15 @@ impl Builder {
                     drop(f);
                     Err(JoinError::Cancelled)
                 } else {
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-                        .map_err(JoinError::from_payload)
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
+                        if task.state.get() == TaskState::Finished {
+                            // Its runtime ended without it and is force-unwinding its stack
+                            // (`Task::abandon`): whatever the payload, it was cancelled.
+                            JoinError::Cancelled
+                        } else {
+                            JoinError::from_payload(payload)
+                        }
+                    })
                 };
                 // SAFETY: this task's result slot holds only an `Outcome<T>`: put here, taken by
                 // its `JoinHandle<T>`.
@@ -258,8 +265,13 @@ impl<T> JoinHandle<T> {
     /// result: `Ok` with its return value, `Err(JoinError::Panicked)` with its panic payload,
     /// or `Err(JoinError::Cancelled)`.
     ///
+    /// A handle can outlive its runtime (returned from [`run`](crate::run), say). Every green
+    /// thread has ended by the time `run` returns (finished, or cancelled at shutdown), so such
+    /// a join never waits: it returns the result, or `Err(JoinError::Cancelled)` if the
+    /// runtime had to give up on the green thread, inside a later runtime or outside any.
+    ///
     /// # Panics
-    /// If a green thread joins itself, or outside a runtime.
+    /// If a green thread joins itself, or if it has to wait outside a runtime.
     // Always inlined, so that no frame of ours sits between the caller and the switch into
     // the scheduler (a mispredicted return on every join: 77 -> 53 ns per spawn+join).
     #[inline(always)]
@@ -268,6 +280,11 @@ impl<T> JoinHandle<T> {
             // SAFETY: the body of this handle's task puts an `Outcome<T>` (`spawn_named`).
             if let Some(result) = unsafe { self.task.result.take::<Outcome<T>>() } {
                 return result;
+            }
+            if self.task.state.get() == TaskState::Finished {
+                // Finished without a result: its runtime ended without it and leaked its stack
+                // (`Task::abandon`). Nothing will ever put one.
+                return Err(JoinError::Cancelled);
             }
             if with_scheduler("JoinHandle::join", |scheduler| {
                 scheduler.is_current(&self.task)
@@ -289,7 +306,7 @@ impl<T> JoinHandle<T> {
     /// Whether the green thread has finished (returned, panicked or been cancelled), so that
     /// [`join`](JoinHandle::join) will not wait.
     pub fn is_finished(&self) -> bool {
-        self.task.result.is_set()
+        self.task.result.is_set() || self.task.state.get() == TaskState::Finished
     }
 
     /// Cancels the green thread, as gevent's `kill`: at its next park point (or at once, if it
@@ -302,6 +319,9 @@ impl<T> JoinHandle<T> {
     /// it unwinds the green thread does not switch: its destructors' timed waits and sleeps
     /// return at once, and an untimed wait (a lock, a join) panics, which aborts, as does a
     /// destructor that panics during the unwind (Rust's rule for any unwind).
+    ///
+    /// Does nothing once the green thread has finished, which includes every green thread of a
+    /// runtime that has ended (a handle used in a later runtime, or outside any).
     pub fn cancel(&self) {
         if self.task.state.get() == TaskState::Finished {
             return;

@@ -2,21 +2,31 @@
 //! try the operation; on `WouldBlock`, forget the cached readiness and park until the next
 //! edge (or the deadline); retry `EINTR`. Also the accept loop's variant of it, which pauses
 //! after a failure for lack of resources (see [`Source::do_accept`]).
+//!
+//! An I/O object can outlive the runtime it was registered with (returned from `run`) and be
+//! used in a later one on the same OS thread. The old epoll is gone with its runtime, so a
+//! park would wait for events that can never come: before it parks, a source whose
+//! registration belongs to another reactor registers its fd with the running one, with fresh
+//! (optimistic) readiness, and the operation is simply tried again.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::cmp;
 use std::io;
 use std::os::fd::RawFd;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use crate::runtime::reactor::{Interest, Registration};
+use crate::runtime::reactor::{Interest, Registration, ScheduledIo};
 use crate::runtime::scheduler::{self, with_scheduler};
 use crate::runtime::task::{Wait, Wake};
 use crate::sys::socket::set_nonblocking;
 
 /// A registered, non-blocking fd.
 pub(crate) struct Source {
-    registration: Registration,
+    fd: RawFd,
+    /// With the reactor of the runtime that last parked on this fd (or created it). Replaced
+    /// only in `registered_io`; no borrow of it is held across an operation or a park.
+    registration: RefCell<Registration>,
 }
 
 impl Source {
@@ -27,11 +37,53 @@ impl Source {
     pub(crate) fn new(what: &str, fd: RawFd) -> io::Result<Source> {
         set_nonblocking(fd)?;
         let registration = with_scheduler(what, |scheduler| scheduler.reactor.register(fd))?;
-        Ok(Source { registration })
+        Ok(Source {
+            fd,
+            registration: RefCell::new(registration),
+        })
     }
 
     pub(crate) fn fd(&self) -> RawFd {
-        self.registration.io.fd
+        self.fd
+    }
+
+    /// The fd's readiness and waiters in the running runtime's reactor: registers the fd there
+    /// first if its registration belongs to a runtime that has ended (see the module doc).
+    ///
+    /// # Errors
+    /// If that registration fails (epoll's limits), saying the runtime changed.
+    ///
+    /// Outside any runtime, the registration as it is: a wait that is already over needs no
+    /// runtime, and a park panics saying one is needed.
+    fn registered_io(&self, what: &str) -> io::Result<Rc<ScheduledIo>> {
+        if !scheduler::in_runtime() {
+            return Ok(self.registration.borrow().io.clone());
+        }
+        with_scheduler(what, |scheduler| {
+            let mut registration = self.registration.borrow_mut();
+            if !registration.is_with(&scheduler.reactor) {
+                // Dropping the old registration marks its readiness closed; its reactor is
+                // gone, so there is no epoll to remove the fd from.
+                *registration = scheduler.reactor.register(self.fd).map_err(|error| {
+                    io::Error::new(
+                        error.kind(),
+                        format!(
+                            "{what}: fd {} was registered with a greenweave runtime that has \
+                             ended, and registering it with the running one failed: {error}",
+                            self.fd
+                        ),
+                    )
+                })?;
+            }
+            Ok(registration.io.clone())
+        })
+    }
+
+    /// Whether the cached readiness (of whichever runtime registered the fd last) says
+    /// `interest`: the operation is worth trying without waiting.
+    #[inline]
+    fn is_ready(&self, interest: Interest) -> bool {
+        self.registration.borrow().io.is_ready(interest)
     }
 
     /// Runs `operation` until it completes, parking this green thread while the fd is not
@@ -45,11 +97,10 @@ impl Source {
     ) -> io::Result<R> {
         let deadline = timeout.and_then(|timeout| Instant::now().checked_add(timeout));
         loop {
-            let io = &self.registration.io;
-            if io.is_ready(interest) {
+            if self.is_ready(interest) {
                 match operation() {
                     Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
-                        io.clear_readiness(interest)
+                        self.registration.borrow().io.clear_readiness(interest)
                     }
                     Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
                     result => return result,
@@ -116,8 +167,8 @@ impl Source {
         deadline: Option<Instant>,
         verify: Verify,
     ) -> io::Result<()> {
-        let io = &self.registration.io;
         loop {
+            let io = self.registered_io(what)?;
             if io.is_closed() {
                 return Err(closed(what));
             }
@@ -133,12 +184,15 @@ impl Source {
                 fd: io.fd,
                 interest,
             };
-            match scheduler::park(what, wait, deadline, Some(io.clone()), |_, _| {}) {
+            match scheduler::park(what, wait, deadline, Some(io), |_, _| {}) {
                 Wake::Notified => continue,
                 Wake::TimedOut => {
                     return Err(io::Error::new(
                         io::ErrorKind::TimedOut,
-                        format!("{what} timed out waiting for fd {} to be {interest}", io.fd),
+                        format!(
+                            "{what} timed out waiting for fd {} to be {interest}",
+                            self.fd
+                        ),
                     ));
                 }
                 Wake::Cancelled => {

@@ -104,6 +104,15 @@ pub(crate) struct Registration {
     reactor: Weak<Reactor>,
 }
 
+impl Registration {
+    /// Whether this is a registration with `reactor` (and not with the reactor of a runtime
+    /// that has ended). The weak reference keeps the old reactor's allocation, so its address
+    /// cannot be reused by a new reactor while this lives.
+    pub(crate) fn is_with(&self, reactor: &Rc<Reactor>) -> bool {
+        std::ptr::eq(self.reactor.as_ptr(), Rc::as_ptr(reactor))
+    }
+}
+
 impl Drop for Registration {
     fn drop(&mut self) {
         self.io.closed.set(true);

@@ -211,7 +211,7 @@ impl Drop for TaskTable {
         // end the coroutines while their tasks are still whole, leaking them when unwinding
         // them now would be a panic while panicking.
         for task in self.slots.iter().flatten() {
-            let coroutine = task.coroutine.borrow_mut().take();
+            let coroutine = task.abandon();
             if std::thread::panicking() {
                 std::mem::forget(coroutine);
             } else {
@@ -696,15 +696,15 @@ impl Scheduler {
                 }
             }
             let only_stubborn_left = || self.tasks.borrow().len() == self.stubborn_tasks.get();
-            if !self.run_until(only_stubborn_left, OnDeadlock::Stop) {
-                break;
-            }
+            // Stuck with nothing that could wake the rest (say, green threads spawned by
+            // destructors meanwhile, waiting for each other): the next pass cancels them too.
+            self.run_until(only_stubborn_left, OnDeadlock::Stop);
         }
         self.timers.borrow_mut().clear();
         let leftovers = self.tasks.borrow_mut().drain();
         self.stubborn_tasks.set(0);
         for task in leftovers {
-            let coroutine = task.coroutine.borrow_mut().take();
+            let coroutine = task.abandon();
             if task.is_stubborn() {
                 report_abandoned(&task);
                 std::mem::forget(coroutine);

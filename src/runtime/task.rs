@@ -180,6 +180,23 @@ impl Task {
         self.result.reset();
     }
 
+    /// Gives up on a task whose runtime is ending while it is still unfinished (shutdown could
+    /// not unwind it): marks it finished and hands its coroutine to the caller to end, by
+    /// dropping it (a forced unwind) or by leaking it.
+    ///
+    /// From then on the task is over for everyone: a wake-up through a primitive's queue, or a
+    /// `JoinHandle::cancel` from a handle that outlived the runtime (and is used in a later
+    /// one), finds it finished rather than parked, so it is never queued without a coroutine;
+    /// its body, if the forced unwind reaches its root, records `JoinError::Cancelled`; and a
+    /// join that finds no result reports it cancelled instead of waiting for ever. Its joiner
+    /// link is dropped with it (the joiner belongs to the same ended runtime).
+    pub(crate) fn abandon(&self) -> Option<TaskCoroutine> {
+        self.state.set(TaskState::Finished);
+        self.waiting.set(None);
+        drop(self.joiner.take());
+        self.coroutine.borrow_mut().take()
+    }
+
     /// Whether a green thread about to start should not run its body because it was cancelled
     /// first (the request stays set, as every cancellation does).
     pub(crate) fn cancelled_before_start(&self) -> bool {

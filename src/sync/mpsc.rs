@@ -100,7 +100,6 @@ impl<T> Shared<T> {
 /// Messages sent from other OS threads, under a lock.
 struct Inbox<T> {
     state: Mutex<InboxState<T>>,
-    remote: Arc<RemoteQueue>,
 }
 
 struct InboxState<T> {
@@ -109,6 +108,11 @@ struct InboxState<T> {
     receiver_alive: bool,
     /// Green threads parked (or about to park) in a receive.
     waiting: Vec<TaskKey>,
+    /// The wake-up queue of the runtime the receiver runs in, through which remote sends wake
+    /// it, and whose `handles` count the remote senders. Under the lock with `senders` and
+    /// `waiting`, so that moving to another runtime (`follow`) moves the count and the keys
+    /// together.
+    remote: Arc<RemoteQueue>,
 }
 
 impl<T> Inbox<T> {
@@ -116,6 +120,25 @@ impl<T> Inbox<T> {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl<T> InboxState<T> {
+    /// Moves the inbox to `remote`, the queue of the runtime the receiver is using it from
+    /// now, if it belonged to another: one that has ended, since a channel's ends stay on one
+    /// OS thread, where runtimes run one after another. A wake-up sent to the old queue would
+    /// reach nobody, and the new runtime must count the remote senders as possible wakers.
+    /// The waiting keys named green threads of the old runtime: they are dropped.
+    fn follow(&mut self, remote: &Arc<RemoteQueue>) {
+        if Arc::ptr_eq(&self.remote, remote) {
+            return;
+        }
+        self.remote
+            .handles
+            .fetch_sub(self.senders, Ordering::AcqRel);
+        remote.handles.fetch_add(self.senders, Ordering::AcqRel);
+        self.remote = remote.clone();
+        self.waiting.clear();
     }
 }
 
@@ -201,18 +224,20 @@ impl<T: Send> Sender<T> {
     /// });
     /// ```
     pub fn remote(&self) -> RemoteSender<T> {
+        let remote = with_scheduler("Sender::remote", |scheduler| scheduler.remote.clone());
         let inbox = self.shared.inbox.get_or_init(|| {
-            let remote = with_scheduler("Sender::remote", |scheduler| scheduler.remote.clone());
             Arc::new(Inbox {
                 state: Mutex::new(InboxState {
                     messages: VecDeque::new(),
                     senders: 0,
                     receiver_alive: self.shared.receiver_alive.get(),
                     waiting: Vec::new(),
+                    remote: remote.clone(),
                 }),
-                remote,
             })
         });
+        // The channel may come from a runtime that has ended: count this sender in this one.
+        inbox.lock().follow(&remote);
         RemoteSender::attach(inbox.clone())
     }
 }
@@ -339,25 +364,23 @@ pub struct RemoteSender<T> {
 
 impl<T> RemoteSender<T> {
     fn attach(inbox: Arc<Inbox<T>>) -> RemoteSender<T> {
-        inbox.lock().senders += 1;
-        inbox.remote.handles.fetch_add(1, Ordering::AcqRel);
+        let mut state = inbox.lock();
+        state.senders += 1;
+        state.remote.handles.fetch_add(1, Ordering::AcqRel);
+        drop(state);
         RemoteSender { inbox }
     }
 
     /// Sends a message from any thread; never blocks. Fails, handing the message back, if the
     /// receiver is gone.
     pub fn send(&self, message: T) -> Result<(), SendError<T>> {
-        let waiting = {
-            let mut state = self.inbox.lock();
-            if !state.receiver_alive {
-                return Err(SendError(message));
-            }
-            state.messages.push_back(message);
-            std::mem::take(&mut state.waiting)
-        };
-        for task in waiting {
-            self.inbox.remote.wake(task);
+        let mut state = self.inbox.lock();
+        if !state.receiver_alive {
+            return Err(SendError(message));
         }
+        state.messages.push_back(message);
+        // Woken under the lock, so that `follow` cannot move the inbox in between.
+        wake_all(&mut state);
         Ok(())
     }
 }
@@ -370,20 +393,21 @@ impl<T> Clone for RemoteSender<T> {
 
 impl<T> Drop for RemoteSender<T> {
     fn drop(&mut self) {
-        let waiting = {
-            let mut state = self.inbox.lock();
-            state.senders -= 1;
-            if state.senders == 0 {
-                std::mem::take(&mut state.waiting)
-            } else {
-                Vec::new()
-            }
-        };
-        self.inbox.remote.handles.fetch_sub(1, Ordering::AcqRel);
-        for task in waiting {
+        let mut state = self.inbox.lock();
+        state.senders -= 1;
+        if state.senders == 0 {
             // Receivers may be waiting for a message that can now never come.
-            self.inbox.remote.wake(task);
+            wake_all(&mut state);
         }
+        // After the wake-up, so a runtime that sees no handle left finds it on its eventfd.
+        state.remote.handles.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Wakes every receiver waiting on the inbox, through the queue of the runtime it runs in.
+fn wake_all<T>(state: &mut InboxState<T>) {
+    for task in state.waiting.drain(..) {
+        state.remote.wake(task);
     }
 }
 
@@ -475,11 +499,14 @@ impl<T> Receiver<T> {
                     self.shared.receivers_waiting.push(task.clone(), park);
                     if let Some(inbox) = self.shared.inbox.get() {
                         let mut state = inbox.lock();
+                        // The channel may come from a runtime that has ended: be woken here.
+                        with_scheduler("Receiver::recv", |scheduler| {
+                            state.follow(&scheduler.remote)
+                        });
                         state.waiting.push(task.key());
                         if !state.messages.is_empty() || state.senders == 0 {
                             // Something arrived since we looked: make sure we wake.
-                            drop(state);
-                            inbox.remote.wake(task.key());
+                            state.remote.wake(task.key());
                         }
                     }
                 },
