@@ -8,7 +8,6 @@
 //! fails instead of hanging. The limits only turn a hang into a failure; nothing here asserts
 //! that anything is fast.
 
-#[allow(dead_code)]
 mod common;
 
 use std::cell::{Cell, RefCell};
