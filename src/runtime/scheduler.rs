@@ -754,7 +754,10 @@ pub(crate) fn run_main<T: 'static>(
 /// that, parks work normally, so destructors run during the unwind may sleep, join or do I/O.
 /// While the thread is already unwinding for another reason, delivery waits for a later park.
 ///
-/// Returns [`Wake::Notified`] or [`Wake::TimedOut`].
+/// Returns [`Wake::Notified`] or [`Wake::TimedOut`] (only for the caller's own `deadline`).
+/// A `time::timeout` scope ends only at the top of a park, when its deadline has already
+/// passed; a park woken by the scope's deadline returns `Notified`, so the caller re-checks
+/// first and a result that arrived in the same turn is not lost.
 ///
 /// Always inlined into its callers (each has its own `register` closure anyway): a frame of
 /// ours between a caller's loop and the switch costs a mispredicted return on every park (see
@@ -798,14 +801,19 @@ pub(crate) fn park(
             // wake-up that arrived meanwhile is not lost.
             Wake::Cancelled if std::thread::panicking() => return Wake::Notified,
             Wake::Cancelled => continue,
-            // The scope's deadline, not the caller's, ran out: the top of the loop ends the
-            // scope.
+            // The scope's deadline, not the caller's, ran out. What the caller waits for may
+            // have arrived in the same turn of the scheduler (a green thread woken by an
+            // earlier timer of that turn ran first), so this is a spurious wake-up, not the end
+            // of the scope: the caller re-checks its condition, and if it must wait again, the
+            // next park finds the scope elapsed before suspending and unwinds. A satisfied wait
+            // is never reported as timed out, and an unsatisfied one leaves the value where it
+            // was (still queued, still joinable).
             Wake::TimedOut
                 if scope.is_some_and(|(scope_deadline, _)| {
                     deadline.is_none_or(|own| scope_deadline < own)
-                }) && !std::thread::panicking() =>
+                }) =>
             {
-                continue;
+                return Wake::Notified;
             }
             wake => return wake,
         }
