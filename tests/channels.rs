@@ -659,3 +659,116 @@ fn a_oneshot_value_sent_after_a_timeout_gave_up_on_it_is_still_received() {
         assert_eq!(rx.recv(), Err(oneshot::RecvError), "only once");
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// A send that fails does not deliver
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_rendezvous_send_ended_by_a_timeout_is_never_received_and_its_message_is_dropped_once() {
+    let drops = Rc::new(Cell::new(0));
+    let counted = drops.clone();
+    greenweave::run(move || {
+        let (tx, rx) = mpsc::sync_channel(0);
+        let sender = greenweave::spawn(move || {
+            timeout(Duration::from_millis(1), || tx.send(Tally(counted))).is_err()
+        });
+        assert!(sender.join().unwrap(), "the send timed out");
+        assert!(rx.try_recv().is_err(), "a failed send is not delivered later");
+    });
+    assert_eq!(drops.get(), 1);
+}
+
+#[test]
+fn a_cancelled_rendezvous_send_is_never_received_and_its_message_is_dropped_once() {
+    let drops = Rc::new(Cell::new(0));
+    let counted = drops.clone();
+    greenweave::run(move || {
+        let (tx, rx) = mpsc::sync_channel(0);
+        let sender = greenweave::spawn(move || tx.send(Tally(counted)).is_ok());
+        thread::yield_now(); // parked, its message queued
+        sender.cancel();
+        assert!(sender.join().unwrap_err().is_cancelled());
+        assert!(rx.try_recv().is_err(), "a cancelled send is not delivered later");
+    });
+    assert_eq!(drops.get(), 1);
+}
+
+#[test]
+fn a_bounded_send_ended_by_a_timeout_while_full_is_never_received() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::sync_channel(1);
+        tx.send(1).unwrap();
+        let tx2 = tx.clone();
+        let sender = greenweave::spawn(move || timeout(Duration::from_millis(1), || tx2.send(2)));
+        assert!(sender.join().unwrap().is_err(), "the send timed out");
+        drop(tx);
+        assert_eq!(rx.iter().collect::<Vec<_>>(), [1]);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Messages' destructors may use their channel
+// ---------------------------------------------------------------------------------------------
+
+/// A message that, when dropped, sends a follow-up on its own bounded channel and counts the
+/// sends that were refused.
+struct SendsOnDrop {
+    tx: Option<mpsc::SyncSender<SendsOnDrop>>,
+    refused: Rc<Cell<usize>>,
+}
+
+impl Drop for SendsOnDrop {
+    fn drop(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            let follow_up = SendsOnDrop {
+                tx: None,
+                refused: self.refused.clone(),
+            };
+            if tx.send(follow_up).is_err() {
+                self.refused.set(self.refused.get() + 1);
+            }
+        }
+    }
+}
+
+#[test]
+fn dropping_a_receiver_drops_queued_messages_whose_destructors_send_on_the_channel() {
+    let refused = Rc::new(Cell::new(0));
+    let counted = refused.clone();
+    greenweave::run(move || {
+        let (tx, rx) = mpsc::sync_channel(4);
+        for _ in 0..2 {
+            let message = SendsOnDrop {
+                tx: Some(tx.clone()),
+                refused: counted.clone(),
+            };
+            tx.send(message).unwrap();
+        }
+        drop(rx);
+    });
+    assert_eq!(refused.get(), 2, "each destructor's send failed: the receiver is gone");
+}
+
+/// A message from another OS thread that carries a remote sender of its own channel.
+struct CarriesItsSender(#[allow(dead_code)] mpsc::RemoteSender<CarriesItsSender>);
+
+#[test]
+fn dropping_a_receiver_drops_remote_messages_that_hold_remote_senders_of_the_channel() {
+    // Before the fix this deadlocked on the channel's inbox lock: run it on its own thread.
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        greenweave::run(|| {
+            let (tx, rx) = mpsc::channel::<CarriesItsSender>();
+            let remote = tx.remote();
+            std::thread::spawn(move || remote.send(CarriesItsSender(remote.clone())).unwrap())
+                .join()
+                .unwrap();
+            drop(rx);
+        });
+        done.send(()).unwrap();
+    });
+    finished
+        .recv_timeout(Duration::from_secs(120))
+        .expect("dropping the receiver deadlocked");
+}
