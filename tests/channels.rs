@@ -587,7 +587,11 @@ fn a_channel_recv_whose_message_arrives_in_the_turn_its_timeout_expires_gets_it_
         })
     });
     assert_eq!(outcome, Ok(Ok(7)));
-    assert_eq!(after, Err(mpsc::TryRecvError::Empty), "received exactly once");
+    assert_eq!(
+        after,
+        Err(mpsc::TryRecvError::Empty),
+        "received exactly once"
+    );
 }
 
 #[test]
@@ -608,7 +612,11 @@ fn a_recv_timeout_whose_message_arrives_in_the_turn_it_expires_gets_it_once() {
         })
     });
     assert_eq!(outcome, Ok(7));
-    assert_eq!(after, Err(mpsc::TryRecvError::Empty), "received exactly once");
+    assert_eq!(
+        after,
+        Err(mpsc::TryRecvError::Empty),
+        "received exactly once"
+    );
 }
 
 #[test]
@@ -646,7 +654,11 @@ fn a_rendezvous_send_taken_in_the_turn_its_timeout_expires_reports_success() {
         })
     });
     assert_eq!(received, Ok(7));
-    assert_eq!(sent, Ok(Ok(())), "a delivered send is not reported as timed out");
+    assert_eq!(
+        sent,
+        Ok(Ok(())),
+        "a delivered send is not reported as timed out"
+    );
 }
 
 #[test]
@@ -674,7 +686,10 @@ fn a_rendezvous_send_ended_by_a_timeout_is_never_received_and_its_message_is_dro
             timeout(Duration::from_millis(1), || tx.send(Tally(counted))).is_err()
         });
         assert!(sender.join().unwrap(), "the send timed out");
-        assert!(rx.try_recv().is_err(), "a failed send is not delivered later");
+        assert!(
+            rx.try_recv().is_err(),
+            "a failed send is not delivered later"
+        );
     });
     assert_eq!(drops.get(), 1);
 }
@@ -689,7 +704,10 @@ fn a_cancelled_rendezvous_send_is_never_received_and_its_message_is_dropped_once
         thread::yield_now(); // parked, its message queued
         sender.cancel();
         assert!(sender.join().unwrap_err().is_cancelled());
-        assert!(rx.try_recv().is_err(), "a cancelled send is not delivered later");
+        assert!(
+            rx.try_recv().is_err(),
+            "a cancelled send is not delivered later"
+        );
     });
     assert_eq!(drops.get(), 1);
 }
@@ -747,7 +765,11 @@ fn dropping_a_receiver_drops_queued_messages_whose_destructors_send_on_the_chann
         }
         drop(rx);
     });
-    assert_eq!(refused.get(), 2, "each destructor's send failed: the receiver is gone");
+    assert_eq!(
+        refused.get(),
+        2,
+        "each destructor's send failed: the receiver is gone"
+    );
 }
 
 /// A message from another OS thread that carries a remote sender of its own channel.
