@@ -5,7 +5,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::panic::{self, AssertUnwindSafe};
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use greenweave::sync::{mpsc, oneshot};
 use greenweave::thread::{self, Builder};
@@ -484,4 +484,313 @@ fn a_send_skips_a_receiver_that_timed_out_and_wakes_the_next_one_waiting() {
         tx.send(2).unwrap();
         assert_eq!(late.join().unwrap(), Ok(2));
     });
+}
+
+// ---------------------------------------------------------------------------------------------
+// A delivery and a deadline in the same turn of the scheduler
+// ---------------------------------------------------------------------------------------------
+
+/// Runs `deliver` on a green thread that sleeps until just before `deadline`, and `wait` (given
+/// that thread's handle and `deadline`) on the calling one, holding the scheduler back (a
+/// green thread spinning without parking) until `deadline` has passed. The two timers then
+/// expire in the same turn, the deliverer's first: it runs and delivers after the waiter's
+/// deadline has fired but before the waiter runs. No timing is asserted: `lead` only has to
+/// cover the setup, and `None` says it did not (the caller retries with a longer one).
+fn deliver_in_the_turn_of_the_deadline<D: 'static, R>(
+    lead: Duration,
+    deliver: impl FnOnce() -> D + 'static,
+    wait: impl FnOnce(thread::JoinHandle<D>, Instant) -> R,
+) -> Option<R> {
+    let delivery = Instant::now() + lead;
+    let deadline = delivery + lead;
+    let deliverer = greenweave::spawn(move || {
+        thread::sleep_until(delivery);
+        deliver()
+    });
+    thread::yield_now(); // the deliverer parks until `delivery`
+    let past_both = deadline + lead; // room for a deadline computed from a duration
+    let spinner = greenweave::spawn(move || {
+        while Instant::now() < past_both {
+            std::hint::spin_loop();
+        }
+    });
+    if Instant::now() >= delivery {
+        spinner.join().unwrap();
+        drop(deliverer);
+        return None;
+    }
+    let result = wait(deliverer, deadline);
+    spinner.join().unwrap();
+    Some(result)
+}
+
+/// Calls `attempt` with a longer and longer lead until the setup fits in it.
+fn with_growing_lead<R>(attempt: impl Fn(Duration) -> Option<R>) -> R {
+    for lead in [10, 100, 1000, 10_000] {
+        if let Some(result) = attempt(Duration::from_millis(lead)) {
+            return result;
+        }
+    }
+    panic!("the machine was too slow to set up a green thread within 10 s");
+}
+
+#[test]
+fn a_join_whose_thread_finishes_in_the_turn_its_timeout_expires_gets_the_result() {
+    let outcome = with_growing_lead(|lead| {
+        greenweave::run(move || {
+            deliver_in_the_turn_of_the_deadline(
+                lead,
+                || 42,
+                |worker, deadline| {
+                    greenweave::time::timeout_at(deadline, || worker.join().unwrap())
+                },
+            )
+        })
+    });
+    assert_eq!(outcome, Ok(42));
+}
+
+#[test]
+fn a_oneshot_recv_whose_value_arrives_in_the_turn_its_timeout_expires_gets_the_value() {
+    let outcome = with_growing_lead(|lead| {
+        greenweave::run(move || {
+            let (tx, rx) = oneshot::channel();
+            deliver_in_the_turn_of_the_deadline(
+                lead,
+                move || tx.send(7).unwrap(),
+                |sender, deadline| {
+                    let got = greenweave::time::timeout_at(deadline, || rx.recv());
+                    sender.join().unwrap();
+                    got
+                },
+            )
+        })
+    });
+    assert_eq!(outcome, Ok(Ok(7)));
+}
+
+#[test]
+fn a_channel_recv_whose_message_arrives_in_the_turn_its_timeout_expires_gets_it_once() {
+    let (outcome, after) = with_growing_lead(|lead| {
+        greenweave::run(move || {
+            let (tx, rx) = mpsc::channel();
+            let tx2 = tx.clone();
+            deliver_in_the_turn_of_the_deadline(
+                lead,
+                move || tx2.send(7).unwrap(),
+                |sender, deadline| {
+                    let got = greenweave::time::timeout_at(deadline, || rx.recv());
+                    sender.join().unwrap();
+                    (got, rx.try_recv())
+                },
+            )
+        })
+    });
+    assert_eq!(outcome, Ok(Ok(7)));
+    assert_eq!(
+        after,
+        Err(mpsc::TryRecvError::Empty),
+        "received exactly once"
+    );
+}
+
+#[test]
+fn a_recv_timeout_whose_message_arrives_in_the_turn_it_expires_gets_it_once() {
+    let (outcome, after) = with_growing_lead(|lead| {
+        greenweave::run(move || {
+            let (tx, rx) = mpsc::channel();
+            let tx2 = tx.clone();
+            deliver_in_the_turn_of_the_deadline(
+                lead,
+                move || tx2.send(7).unwrap(),
+                |sender, deadline| {
+                    let got = rx.recv_timeout(deadline.saturating_duration_since(Instant::now()));
+                    sender.join().unwrap();
+                    (got, rx.try_recv())
+                },
+            )
+        })
+    });
+    assert_eq!(outcome, Ok(7));
+    assert_eq!(
+        after,
+        Err(mpsc::TryRecvError::Empty),
+        "received exactly once"
+    );
+}
+
+#[test]
+fn a_oneshot_recv_timeout_whose_value_arrives_in_the_turn_it_expires_gets_it() {
+    let outcome = with_growing_lead(|lead| {
+        greenweave::run(move || {
+            let (tx, mut rx) = oneshot::channel();
+            deliver_in_the_turn_of_the_deadline(
+                lead,
+                move || tx.send(7).unwrap(),
+                |sender, deadline| {
+                    let got = rx.recv_timeout(deadline.saturating_duration_since(Instant::now()));
+                    sender.join().unwrap();
+                    got
+                },
+            )
+        })
+    });
+    assert_eq!(outcome, Ok(7));
+}
+
+#[test]
+fn a_rendezvous_send_taken_in_the_turn_its_timeout_expires_reports_success() {
+    let (sent, received) = with_growing_lead(|lead| {
+        greenweave::run(move || {
+            let (tx, rx) = mpsc::sync_channel(0);
+            deliver_in_the_turn_of_the_deadline(
+                lead,
+                move || rx.recv(),
+                |receiver, deadline| {
+                    let sent = greenweave::time::timeout_at(deadline, || tx.send(7));
+                    (sent, receiver.join().unwrap())
+                },
+            )
+        })
+    });
+    assert_eq!(received, Ok(7));
+    assert_eq!(
+        sent,
+        Ok(Ok(())),
+        "a delivered send is not reported as timed out"
+    );
+}
+
+#[test]
+fn a_oneshot_value_sent_after_a_timeout_gave_up_on_it_is_still_received() {
+    greenweave::run(|| {
+        let (tx, rx) = oneshot::channel();
+        assert!(timeout(Duration::from_millis(1), || rx.recv()).is_err());
+        tx.send(5).unwrap();
+        assert_eq!(rx.recv(), Ok(5));
+        assert_eq!(rx.recv(), Err(oneshot::RecvError), "only once");
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// A send that fails does not deliver
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_rendezvous_send_ended_by_a_timeout_is_never_received_and_its_message_is_dropped_once() {
+    let drops = Rc::new(Cell::new(0));
+    let counted = drops.clone();
+    greenweave::run(move || {
+        let (tx, rx) = mpsc::sync_channel(0);
+        let sender = greenweave::spawn(move || {
+            timeout(Duration::from_millis(1), || tx.send(Tally(counted))).is_err()
+        });
+        assert!(sender.join().unwrap(), "the send timed out");
+        assert!(
+            rx.try_recv().is_err(),
+            "a failed send is not delivered later"
+        );
+    });
+    assert_eq!(drops.get(), 1);
+}
+
+#[test]
+fn a_cancelled_rendezvous_send_is_never_received_and_its_message_is_dropped_once() {
+    let drops = Rc::new(Cell::new(0));
+    let counted = drops.clone();
+    greenweave::run(move || {
+        let (tx, rx) = mpsc::sync_channel(0);
+        let sender = greenweave::spawn(move || tx.send(Tally(counted)).is_ok());
+        thread::yield_now(); // parked, its message queued
+        sender.cancel();
+        assert!(sender.join().unwrap_err().is_cancelled());
+        assert!(
+            rx.try_recv().is_err(),
+            "a cancelled send is not delivered later"
+        );
+    });
+    assert_eq!(drops.get(), 1);
+}
+
+#[test]
+fn a_bounded_send_ended_by_a_timeout_while_full_is_never_received() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::sync_channel(1);
+        tx.send(1).unwrap();
+        let tx2 = tx.clone();
+        let sender = greenweave::spawn(move || timeout(Duration::from_millis(1), || tx2.send(2)));
+        assert!(sender.join().unwrap().is_err(), "the send timed out");
+        drop(tx);
+        assert_eq!(rx.iter().collect::<Vec<_>>(), [1]);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Messages' destructors may use their channel
+// ---------------------------------------------------------------------------------------------
+
+/// A message that, when dropped, sends a follow-up on its own bounded channel and counts the
+/// sends that were refused.
+struct SendsOnDrop {
+    tx: Option<mpsc::SyncSender<SendsOnDrop>>,
+    refused: Rc<Cell<usize>>,
+}
+
+impl Drop for SendsOnDrop {
+    fn drop(&mut self) {
+        if let Some(tx) = self.tx.take() {
+            let follow_up = SendsOnDrop {
+                tx: None,
+                refused: self.refused.clone(),
+            };
+            if tx.send(follow_up).is_err() {
+                self.refused.set(self.refused.get() + 1);
+            }
+        }
+    }
+}
+
+#[test]
+fn dropping_a_receiver_drops_queued_messages_whose_destructors_send_on_the_channel() {
+    let refused = Rc::new(Cell::new(0));
+    let counted = refused.clone();
+    greenweave::run(move || {
+        let (tx, rx) = mpsc::sync_channel(4);
+        for _ in 0..2 {
+            let message = SendsOnDrop {
+                tx: Some(tx.clone()),
+                refused: counted.clone(),
+            };
+            tx.send(message).unwrap();
+        }
+        drop(rx);
+    });
+    assert_eq!(
+        refused.get(),
+        2,
+        "each destructor's send failed: the receiver is gone"
+    );
+}
+
+/// A message from another OS thread that carries a remote sender of its own channel.
+struct CarriesItsSender(#[allow(dead_code)] mpsc::RemoteSender<CarriesItsSender>);
+
+#[test]
+fn dropping_a_receiver_drops_remote_messages_that_hold_remote_senders_of_the_channel() {
+    // Before the fix this deadlocked on the channel's inbox lock: run it on its own thread.
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        greenweave::run(|| {
+            let (tx, rx) = mpsc::channel::<CarriesItsSender>();
+            let remote = tx.remote();
+            std::thread::spawn(move || remote.send(CarriesItsSender(remote.clone())).unwrap())
+                .join()
+                .unwrap();
+            drop(rx);
+        });
+        done.send(()).unwrap();
+    });
+    finished
+        .recv_timeout(Duration::from_secs(120))
+        .expect("dropping the receiver deadlocked");
 }

@@ -797,7 +797,9 @@ pub(crate) fn run_main<T: 'static>(
 /// a panic that is not theirs. Such a park returns at once instead.
 ///
 /// Returns [`Wake::Notified`] or [`Wake::TimedOut`] (its own deadline passed, or it could not
-/// wait while unwinding); a `time::timeout` scope whose deadline passes ends here, unwinding.
+/// wait while unwinding). A `time::timeout` scope ends only at the top of a park, when its
+/// deadline has already passed; a park woken by the scope's deadline returns `Notified`, so the
+/// caller re-checks first and a result that arrived in the same turn is not lost.
 ///
 /// Always inlined into its callers (each has its own `register` closure anyway): a frame of
 /// ours between a caller's loop and the switch costs a mispredicted return on every park (see
@@ -840,13 +842,19 @@ pub(crate) fn park(
         // Woken to be cancelled: unwind from here. Whatever this wait was for stays where it
         // is (a message in its channel, a result in its task).
         Wake::Cancelled => deliver_cancellation(&task),
-        // Woken by the scope's deadline rather than the caller's own: the scope ends here.
-        Wake::TimedOut => match scope {
-            Some((scope_deadline, token)) if deadline.is_none_or(|own| scope_deadline < own) => {
-                panic::resume_unwind(Box::new(ScopeElapsed(token)))
-            }
-            _ => Wake::TimedOut,
-        },
+        // The scope's deadline, not the caller's, ran out. What the caller waits for may have
+        // arrived in the same turn of the scheduler (a green thread woken by an earlier timer
+        // of that turn ran first), so this is a spurious wake-up, not the end of the scope: the
+        // caller re-checks its condition, and if it must wait again, the next park finds the
+        // scope elapsed before suspending and unwinds. A satisfied wait is never reported as
+        // timed out, and an unsatisfied one leaves the value where it was.
+        Wake::TimedOut
+            if scope.is_some_and(|(scope_deadline, _)| {
+                deadline.is_none_or(|own| scope_deadline < own)
+            }) =>
+        {
+            Wake::Notified
+        }
         wake => wake,
     }
 }

@@ -92,6 +92,14 @@ impl<T> Shared<T> {
         seq
     }
 
+    /// Takes message number `seq` back out of the queue if the receiver has not taken it (a
+    /// rendezvous sender whose send fails). The borrow ends before the caller can drop it.
+    fn take_back(&self, seq: u64) -> Option<T> {
+        let mut queue = self.queue.borrow_mut();
+        let at = queue.iter().position(|(queued, _)| *queued == seq)?;
+        queue.remove(at).map(|(_, message)| message)
+    }
+
     fn remote_senders(&self) -> usize {
         self.inbox.get().map_or(0, |inbox| inbox.lock().senders)
     }
@@ -280,6 +288,13 @@ impl<T> SyncSender<T> {
     /// Sends a message, parking while the channel is full (for a rendezvous channel, until the
     /// receiver has taken it). Fails, handing the message back, if the receiver is gone first.
     ///
+    /// A send that returns `Ok` delivered its message exactly once (into the channel; for a
+    /// rendezvous, to the receiver); one that fails did not deliver it. If the green thread is
+    /// unwound while it waits here ([`JoinHandle::cancel`](crate::thread::JoinHandle::cancel),
+    /// an expired [`time::timeout`](crate::time::timeout)), a message the receiver has not
+    /// taken yet is taken back out of the channel and dropped with the unwinding frame: it is
+    /// never received later.
+    ///
     /// # Panics
     /// If it has to park outside a runtime.
     pub fn send(&self, message: T) -> Result<(), SendError<T>> {
@@ -296,20 +311,23 @@ impl<T> SyncSender<T> {
         }
         let seq = shared.push(message);
         if bound == 0 {
+            // If the wait below unwinds, the send fails: the message must not be received
+            // after that.
+            let unwinding = TakeBack { shared, seq };
             while shared.next_taken.get() <= seq {
                 if !shared.receiver_alive.get() {
+                    std::mem::forget(unwinding);
                     // Never taken: take it back and hand it to the caller.
-                    let mut queue = shared.queue.borrow_mut();
-                    let at = queue.iter().position(|(queued, _)| *queued == seq);
-                    if let Some((_, message)) = at.and_then(|at| queue.remove(at)) {
-                        return Err(SendError(message));
-                    }
-                    return Ok(());
+                    return match shared.take_back(seq) {
+                        Some(message) => Err(SendError(message)),
+                        None => Ok(()),
+                    };
                 }
                 shared
                     .senders_waiting
                     .wait("a rendezvous channel (send)", None);
             }
+            std::mem::forget(unwinding);
         }
         Ok(())
     }
@@ -333,6 +351,19 @@ impl<T> SyncSender<T> {
         }
         shared.push(message);
         Ok(())
+    }
+}
+
+/// Takes a rendezvous sender's message back out of the queue when its wait unwinds, and drops
+/// it after the queue's borrow has ended (its destructor may use the channel).
+struct TakeBack<'a, T> {
+    shared: &'a Shared<T>,
+    seq: u64,
+}
+
+impl<T> Drop for TakeBack<'_, T> {
+    fn drop(&mut self) {
+        drop(self.shared.take_back(self.seq));
     }
 }
 
@@ -480,6 +511,7 @@ impl<T> Receiver<T> {
     /// Inlined into its two callers above, each of which gets its own copy.
     #[inline(always)]
     fn recv_until(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        let mut timed_out = false;
         loop {
             if let Some(message) = self.take() {
                 return Ok(message);
@@ -487,9 +519,13 @@ impl<T> Receiver<T> {
             if self.is_disconnected() {
                 return Err(RecvTimeoutError::Disconnected);
             }
-            if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            if timed_out || deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return Err(RecvTimeoutError::Timeout);
             }
+            // However it wakes (a message, a disconnection, its own deadline, a spurious
+            // wake-up), the top of the loop decides: a message that arrived in the same turn as
+            // the deadline is taken, not reported as a timeout. `TimedOut` ends the wait after
+            // that look (it is also how a wait made while unwinding times out at once).
             let wake = scheduler::park(
                 "Receiver::recv",
                 Wait::Sync("a channel (recv)"),
@@ -511,15 +547,10 @@ impl<T> Receiver<T> {
                     }
                 },
             );
+            timed_out = wake == Wake::TimedOut;
             if let Some(inbox) = self.shared.inbox.get() {
                 let me = with_scheduler("Receiver::recv", |scheduler| scheduler.current_task_key());
                 inbox.lock().waiting.retain(|&key| key != me);
-            }
-            if wake == Wake::TimedOut && self.shared.queue.borrow().is_empty() {
-                if let Some(message) = self.take() {
-                    return Ok(message);
-                }
-                return Err(RecvTimeoutError::Timeout);
             }
         }
     }
@@ -528,7 +559,9 @@ impl<T> Receiver<T> {
     #[inline]
     fn take(&self) -> Option<T> {
         let shared = &self.shared;
-        if let Some((seq, message)) = shared.queue.borrow_mut().pop_front() {
+        // The borrow ends here, before waking anyone.
+        let front = shared.queue.borrow_mut().pop_front();
+        if let Some((seq, message)) = front {
             shared.next_taken.set(seq + 1);
             if let Some(bound) = shared.bound {
                 self.wake_senders(bound);
@@ -582,18 +615,25 @@ impl<T> Drop for Receiver<T> {
     fn drop(&mut self) {
         let shared = &self.shared;
         shared.receiver_alive.set(false);
-        if let Some(inbox) = shared.inbox.get() {
+        // Nobody will read the queued messages. They are dropped last, once the inbox's lock
+        // and the queue's borrow are released and the senders woken: a message's destructor
+        // may use this channel (send on it, drop a sender of it).
+        let remote = shared.inbox.get().map(|inbox| {
             let mut state = inbox.lock();
             state.receiver_alive = false;
-            state.messages.clear();
-        }
-        if shared.bound != Some(0) {
-            // Nobody will read them; a rendezvous sender takes its own message back instead.
-            shared.queue.borrow_mut().clear();
-        }
+            std::mem::take(&mut state.messages)
+        });
+        let local = if shared.bound == Some(0) {
+            // A rendezvous sender takes its own message back instead.
+            VecDeque::new()
+        } else {
+            std::mem::take(&mut *shared.queue.borrow_mut())
+        };
         if scheduler::in_runtime() {
             shared.senders_waiting.notify_all();
         }
+        drop(local);
+        drop(remote);
     }
 }
 

@@ -57,7 +57,10 @@ impl<T> Sender<T> {
         if !self.shared.receiver_alive.get() {
             return Err(value);
         }
-        *self.shared.value.borrow_mut() = Some(value);
+        // Nothing was stored before (the sender sends once), so nothing is dropped in the
+        // borrow.
+        let empty = self.shared.value.borrow_mut().replace(value);
+        debug_assert!(empty.is_none());
         Ok(())
         // Drop (below) wakes the receiver.
     }
@@ -90,8 +93,27 @@ pub struct Receiver<T> {
 
 impl<T> Receiver<T> {
     /// Waits (parking this green thread) for the value; fails if the sender was dropped
-    /// without sending.
-    pub fn recv(self) -> Result<T, RecvError> {
+    /// without sending, or once the value has been received.
+    ///
+    /// Takes `&self`, as `std::sync::mpsc::Receiver::recv` does, so that the receiver outlives
+    /// a wait that is given up: when a [`time::timeout`](crate::time::timeout) around it
+    /// expires first, the value (when it comes) stays in the channel for the next call. A value
+    /// that arrived in the same turn of the scheduler as the deadline is received, not lost.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use greenweave::sync::oneshot;
+    /// use greenweave::time::timeout;
+    ///
+    /// greenweave::run(|| {
+    ///     let (tx, rx) = oneshot::channel();
+    ///     assert!(timeout(Duration::from_millis(1), || rx.recv()).is_err());
+    ///     tx.send("late").unwrap();
+    ///     assert_eq!(rx.recv(), Ok("late")); // still there after the timeout
+    ///     assert!(rx.recv().is_err()); // there was only one
+    /// });
+    /// ```
+    pub fn recv(&self) -> Result<T, RecvError> {
         self.recv_until(None).map_err(|_| RecvError)
     }
 
@@ -102,30 +124,37 @@ impl<T> Receiver<T> {
 
     /// The value if it has been sent, without parking.
     pub fn try_recv(&mut self) -> Result<T, TryRecvError> {
-        match self.shared.value.borrow_mut().take() {
+        let value = self.shared.value.borrow_mut().take();
+        match value {
             Some(value) => Ok(value),
             None if !self.shared.sender_alive.get() => Err(TryRecvError::Disconnected),
             None => Err(TryRecvError::Empty),
         }
     }
 
+    /// However the wait wakes (the value, a dropped sender, the deadline, a spurious wake-up),
+    /// the top of the loop decides: a value that arrived in the same turn as the deadline is
+    /// received, not reported as a timeout.
     fn recv_until(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        let mut timed_out = false;
         loop {
-            if let Some(value) = self.shared.value.borrow_mut().take() {
+            let value = self.shared.value.borrow_mut().take();
+            if let Some(value) = value {
                 return Ok(value);
             }
             if !self.shared.sender_alive.get() {
                 return Err(RecvTimeoutError::Disconnected);
             }
-            if self
-                .shared
-                .receiver_waiting
-                .wait("a oneshot channel (recv)", deadline)
-                == Wake::TimedOut
-                && self.shared.value.borrow().is_none()
-            {
+            if timed_out || deadline.is_some_and(|deadline| Instant::now() >= deadline) {
                 return Err(RecvTimeoutError::Timeout);
             }
+            // `TimedOut` ends the wait after one more look (it is also how a wait made while
+            // unwinding times out at once).
+            let wake = self
+                .shared
+                .receiver_waiting
+                .wait("a oneshot channel (recv)", deadline);
+            timed_out = wake == Wake::TimedOut;
         }
     }
 }
