@@ -37,6 +37,10 @@
 //! dropped when their stack is reused or unmapped ([`release_stack`]). The bounds of an OS
 //! thread's own stack come from ASan itself, the first time a context leaves it.
 //!
+//! A context that is never resumed and never finishes (its stack leaked on purpose, see
+//! `Coroutine`'s drop and `greenlet`'s kill) keeps its fake stack: ASan frees one only at that
+//! context's last switch.
+//!
 //! LeakSanitizer looks for pointers to heap blocks in globals, thread-locals and the stacks of
 //! OS threads, not in mmap'd memory: the frames of a suspended coroutine would hide from it,
 //! and what they own would be reported as leaked. So every stack is a root region from its

@@ -12,8 +12,8 @@
 //! `greenweave_asan` cfg), every switch is announced to ASan, which needs the bounds of the
 //! stack it lands on (`asan.rs`); that build allocates, in a table of those bounds. The hooks
 //! for it ([`set_stack_bounds`], [`entered_fresh_stack`], [`release_stack`], [`stack_mapped`],
-//! [`stack_unmapped`]) and the last
-//! switches ([`suspend_last`], [`switch_last`]) are empty or plain switches in any other build.
+//! [`stack_unmapped`]) are empty in any other build, and the last switches ([`suspend_last`],
+//! [`switch_last`]) are plain [`suspend`] and [`switch`].
 
 use core::ptr::NonNull;
 
