@@ -2,6 +2,10 @@
 //!
 //! The assembly lives in `asm/<arch>.S`; `src/arch` declares the symbols it exports. Any other
 //! architecture stops the build here with a message, rather than failing later at link time.
+//!
+//! It also sets the `greenweave_asan` cfg when the crate is built with AddressSanitizer
+//! (`-Zsanitizer=address`, which cargo reports in `CARGO_CFG_SANITIZE`): the switches then tell
+//! ASan about every change of stack (`src/arch/asan.rs`). Other builds never see that code.
 
 use std::env;
 
@@ -21,6 +25,14 @@ fn main() {
             "greenweave supports Linux only (its stacks, overflow handler and reactor use \
              Linux interfaces); target OS `{os}` is not supported"
         );
+    }
+    println!("cargo::rustc-check-cfg=cfg(greenweave_asan)");
+    let sanitizers = env::var("CARGO_CFG_SANITIZE").unwrap_or_default();
+    if sanitizers
+        .split(',')
+        .any(|sanitizer| sanitizer == "address")
+    {
+        println!("cargo::rustc-cfg=greenweave_asan");
     }
     println!("cargo:rerun-if-changed={source}");
     println!("cargo:rerun-if-changed=build.rs");

@@ -13,6 +13,8 @@ use crate::stack::pool;
 pub fn raw_switch_round_trips(round_trips: u64) -> Duration {
     /// Sends every word straight back, forever.
     unsafe extern "C" fn echo(mut from: StackPointer, mut data: usize, _arg: usize) -> ! {
+        // SAFETY: the first code on the echo's fresh stack.
+        unsafe { arch::entered_fresh_stack(from) };
         loop {
             // SAFETY: `from` is the measuring loop's context, waiting in its resume.
             let transfer = unsafe { arch::suspend(from, data) };
@@ -28,6 +30,8 @@ pub fn raw_switch_round_trips(round_trips: u64) -> Duration {
 pub fn raw_symmetric_switch_round_trips(round_trips: u64) -> Duration {
     /// Sends every word straight back, forever.
     unsafe extern "C" fn echo(mut from: StackPointer, mut data: usize, _arg: usize) -> ! {
+        // SAFETY: the first code on the echo's fresh stack.
+        unsafe { arch::entered_fresh_stack(from) };
         loop {
             // SAFETY: `from` is the measuring loop's context, waiting in its switch.
             let transfer = unsafe { arch::switch(from, data) };
@@ -53,6 +57,7 @@ unsafe fn time_echo(
     let stack = pool::take_default().expect("greenweave: could not map a stack for the benchmark");
     // SAFETY: the stack's top is page-aligned and the stack is fresh or recycled, so unused.
     let mut echo_context = unsafe { arch::init_stack(stack.top(), echo, 0) };
+    arch::set_stack_bounds(echo_context, stack.limit(), stack.top().as_ptr() as usize);
     let start = Instant::now();
     for i in 0..round_trips {
         // `echo_context` is the echo loop's saved context, replaced by the new one on every

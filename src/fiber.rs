@@ -161,19 +161,23 @@ pub(crate) unsafe fn launch_body<B: FiberBody>(stack: &Stack, body: B) -> StackP
     let Some(launch_at) = Placement::<B>::at(top, stack.size()) else {
         body_does_not_fit(mem::size_of::<B>(), stack.size())
     };
+    // Under ASan: whatever ran on this stack before left redzones behind (nothing otherwise).
+    arch::release_stack(stack.limit(), top);
     // SAFETY: `launch_at..top` lies in the usable range of `stack` (checked by `at`) and is
     // aligned for B; the caller guarantees nothing else uses the stack. `root` owns the body
     // from its first call on.
     unsafe { (launch_at as *mut B).write(body) };
     // SAFETY: `launch_at` is 16-byte aligned, non-null, and the INITIAL_FRAME_BYTES below it
     // are unused stack memory (checked by `at`).
-    unsafe {
+    let context = unsafe {
         arch::init_stack(
             NonNull::new_unchecked(launch_at as *mut u8),
             root::<B>,
             launch_at,
         )
-    }
+    };
+    arch::set_stack_bounds(context, stack.limit(), top);
+    context
 }
 
 /// Where [`launch_body`] places a `B` on a stack, and the room it must leave below it.
@@ -234,10 +238,17 @@ fn body_does_not_fit(body_size: usize, stack_size: usize) -> ! {
 
 /// The first Rust frame on every fiber stack, called by the trampoline.
 ///
+/// Under AddressSanitizer this frame is not instrumented, so `message` lives on the fiber's
+/// own stack (which stays intact until the receiver takes it) rather than on ASan's fake
+/// stack, which the last switch frees.
+///
 /// # Safety
 /// Called only by the trampoline, for a stack prepared by [`launch_body`] with the same `B`:
 /// `launch_at` is the address of the body it placed.
+#[cfg_attr(greenweave_asan, sanitize(address = "off"))]
 unsafe extern "C" fn root<B: FiberBody>(from: StackPointer, data: usize, launch_at: usize) -> ! {
+    // SAFETY: this is the first code on the fiber's stack, which the first switch just reached.
+    unsafe { arch::entered_fresh_stack(from) };
     let first = Transfer { from, data };
     // A guard rather than `catch_unwind`: it costs nothing unless the body unwinds, and then
     // its destructor aborts before the unwind can leave this frame.
@@ -248,11 +259,12 @@ unsafe extern "C" fn root<B: FiberBody>(from: StackPointer, data: usize, launch_
     let message = Message::new(exit.message);
     let word = message.word() | FINISHED_TAG;
     // SAFETY: `exit.to` is a suspended context chosen by the layer above; it takes `message`
-    // before this stack is reused, and never switches back here.
+    // before this stack is reused, and never switches back here. `message` is in this frame,
+    // which is never on a fake stack (see above).
     unsafe {
         match exit.leave {
-            Leave::ToResumer => arch::suspend(exit.to, word),
-            Leave::ToPeer => arch::switch(exit.to, word),
+            Leave::ToResumer => arch::suspend_last(exit.to, word),
+            Leave::ToPeer => arch::switch_last(exit.to, word),
         }
     };
     fatal("a finished fiber was resumed")

@@ -34,6 +34,8 @@
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
+// Built with AddressSanitizer (nightly only), the fiber root opts out of instrumentation.
+#![cfg_attr(greenweave_asan, feature(sanitize))]
 
 #[cfg(not(target_os = "linux"))]
 compile_error!("greenweave supports Linux only");

@@ -7,6 +7,13 @@
 //!
 //! May not: allocate, know about coroutines, or be selected by `cfg` anywhere else: this file
 //! is the only place that picks an architecture.
+//!
+//! Built with AddressSanitizer (`-Zsanitizer=address`; `build.rs` then sets the
+//! `greenweave_asan` cfg), every switch is announced to ASan, which needs the bounds of the
+//! stack it lands on (`asan.rs`); that build allocates, in a table of those bounds. The hooks
+//! for it ([`set_stack_bounds`], [`entered_fresh_stack`], [`release_stack`], [`stack_mapped`],
+//! [`stack_unmapped`]) are empty in any other build, and the last switches ([`suspend_last`],
+//! [`switch_last`]) are plain [`suspend`] and [`switch`].
 
 use core::ptr::NonNull;
 
@@ -20,6 +27,32 @@ cfg_if::cfg_if! {
     } else {
         compile_error!("greenweave supports x86_64 and aarch64 only");
     }
+}
+
+#[cfg(greenweave_asan)]
+mod asan;
+
+/// Evaluates `$switch`, an expression that leaves this context for `$to` and yields the
+/// [`Transfer`] this context is resumed with. Without ASan it is exactly `$switch`; with it,
+/// ASan is told before the switch where the stack pointer goes and after it where it came
+/// back from (`asan.rs`). Expands inside the caller's unsafe block.
+#[cfg(not(greenweave_asan))]
+macro_rules! announced {
+    ($to:expr, $switch:expr) => {
+        $switch
+    };
+}
+
+#[cfg(greenweave_asan)]
+macro_rules! announced {
+    ($to:expr, $switch:expr) => {{
+        // ASan parks this context's fake stack here while it is suspended.
+        let mut fake_stack = core::ptr::null_mut();
+        asan::departing(Some(&mut fake_stack), $to);
+        let transfer: Transfer = $switch;
+        asan::arrived(fake_stack, transfer.from);
+        transfer
+    }};
 }
 
 /// Bytes that [`init_stack`] uses at the top of a fresh stack before the entry runs.
@@ -89,7 +122,7 @@ pub(crate) type EntryFn = unsafe extern "C" fn(from: StackPointer, data: usize, 
 #[inline(always)]
 pub(crate) unsafe fn switch(to: StackPointer, data: usize) -> Transfer {
     // SAFETY: forwarded from the caller.
-    unsafe { imp::switch(to, data) }
+    unsafe { announced!(to, imp::switch(to, data)) }
 }
 
 /// [`switch`] from a resumer into a context that will come back with [`suspend`] (a coroutine
@@ -100,7 +133,7 @@ pub(crate) unsafe fn switch(to: StackPointer, data: usize) -> Transfer {
 #[inline(always)]
 pub(crate) unsafe fn resume(to: StackPointer, data: usize) -> Transfer {
     // SAFETY: forwarded from the caller.
-    unsafe { imp::resume(to, data) }
+    unsafe { announced!(to, imp::resume(to, data)) }
 }
 
 /// [`switch`] from a context back to the resumer that last [`resume`]d it (a coroutine
@@ -112,7 +145,99 @@ pub(crate) unsafe fn resume(to: StackPointer, data: usize) -> Transfer {
 #[inline(always)]
 pub(crate) unsafe fn suspend(to: StackPointer, data: usize) -> Transfer {
     // SAFETY: forwarded from the caller.
+    unsafe { announced!(to, imp::suspend(to, data)) }
+}
+
+/// [`suspend`] as the last switch of a context that is never resumed (a fiber that finished).
+/// Under ASan this frees the context's fake stack, so the word sent must not point into one:
+/// it must point into memory that stays valid, such as a frame ASan does not instrument (the
+/// fiber's root). Elsewhere it is [`suspend`].
+///
+/// # Safety
+/// As for [`suspend`], and nothing may ever switch back to this context.
+#[inline(always)]
+pub(crate) unsafe fn suspend_last(to: StackPointer, data: usize) -> Transfer {
+    #[cfg(greenweave_asan)]
+    // SAFETY: the switch follows at once, and the caller never comes back here.
+    unsafe {
+        asan::departing(None, to)
+    };
+    // SAFETY: forwarded from the caller.
     unsafe { imp::suspend(to, data) }
+}
+
+/// [`switch`] as the last switch of a context that is never resumed; see [`suspend_last`].
+///
+/// # Safety
+/// As for [`suspend_last`].
+#[inline(always)]
+pub(crate) unsafe fn switch_last(to: StackPointer, data: usize) -> Transfer {
+    #[cfg(greenweave_asan)]
+    // SAFETY: the switch follows at once, and the caller never comes back here.
+    unsafe {
+        asan::departing(None, to)
+    };
+    // SAFETY: forwarded from the caller.
+    unsafe { imp::switch(to, data) }
+}
+
+/// Tells ASan's annotations that `context`, just built by [`init_stack`], runs on the stack
+/// `[bottom, top)`. Does nothing in other builds.
+#[inline(always)]
+pub(crate) fn set_stack_bounds(context: StackPointer, bottom: usize, top: usize) {
+    #[cfg(greenweave_asan)]
+    asan::fresh_context(context, bottom, top);
+    #[cfg(not(greenweave_asan))]
+    let _ = (context, bottom, top);
+}
+
+/// Must be the first thing an [`EntryFn`] does: under ASan it completes the switch that
+/// started the context (`from` is that switch's [`Transfer::from`]). Does nothing in other
+/// builds.
+///
+/// # Safety
+/// Called once, by the entry of a fresh context, before anything else on its stack.
+#[inline(always)]
+pub(crate) unsafe fn entered_fresh_stack(from: StackPointer) {
+    #[cfg(greenweave_asan)]
+    // SAFETY: per the caller, this is the first code on a stack the first switch just reached;
+    // a fresh context has no fake stack yet.
+    unsafe {
+        asan::arrived(core::ptr::null_mut(), from)
+    };
+    #[cfg(not(greenweave_asan))]
+    let _ = from;
+}
+
+/// Called when the stack `[bottom, top)` has been mapped: under ASan, LeakSanitizer then scans
+/// it for pointers. Does nothing in other builds.
+#[inline(always)]
+pub(crate) fn stack_mapped(bottom: usize, top: usize) {
+    #[cfg(greenweave_asan)]
+    asan::stack_mapped(bottom, top);
+    #[cfg(not(greenweave_asan))]
+    let _ = (bottom, top);
+}
+
+/// Called right before the stack `[bottom, top)` of a [`stack_mapped`] call is unmapped: under
+/// ASan, undoes that call and does what [`release_stack`] does. Does nothing in other builds.
+#[inline(always)]
+pub(crate) fn stack_unmapped(bottom: usize, top: usize) {
+    #[cfg(greenweave_asan)]
+    asan::stack_unmapped(bottom, top);
+    #[cfg(not(greenweave_asan))]
+    let _ = (bottom, top);
+}
+
+/// Called when no context runs on the stack `[bottom, top)` any more (it is about to be
+/// reused or unmapped): under ASan, forgets the contexts saved on it and clears the redzones
+/// its frames left. Does nothing in other builds.
+#[inline(always)]
+pub(crate) fn release_stack(bottom: usize, top: usize) {
+    #[cfg(greenweave_asan)]
+    asan::release_stack(bottom, top);
+    #[cfg(not(greenweave_asan))]
+    let _ = (bottom, top);
 }
 
 /// Lays out a fresh stack ending (exclusive) at `top` so that the first [`switch`] to the

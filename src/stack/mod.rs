@@ -141,6 +141,7 @@ impl Stack {
         let limit = base + page;
         let top = base + total;
         valgrind::register_stack(limit, top);
+        crate::arch::stack_mapped(limit, top);
         overflow::register_guard(base, page, usable);
         let guard_bit = match guard {
             GuardKind::GuardRegion => 0,
@@ -187,6 +188,7 @@ impl Drop for Stack {
         let total = self.size() + page;
         overflow::unregister_guard(base);
         valgrind::deregister_stack(self.limit());
+        crate::arch::stack_unmapped(self.limit(), base + total);
         // Unmapping removes the guard page and the usable range together (and with them a
         // guard region's markers). Unmapping a stack from the middle of a mapping merged with
         // its neighbours splits that mapping, which the kernel refuses only when the process

@@ -168,6 +168,10 @@ pub(crate) fn recycle(stack: Stack) {
     if stack.size() != Stack::DEFAULT_SIZE {
         return;
     }
+    // Under ASan: the last fiber may have left redzones where `push` writes the link (the
+    // next launch clears the rest of the stack).
+    let top = stack.top().as_ptr() as usize;
+    crate::arch::release_stack(top - size_of::<Option<ManuallyDrop<Stack>>>(), top);
     // `try_with` rather than `with`: it is inlined, and it cannot fail (POOL has no destructor).
     let _ = POOL.try_with(|pool| pool.push(stack));
 }
