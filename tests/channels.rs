@@ -225,6 +225,41 @@ fn a_receiver_waiting_only_on_a_live_remote_sender_is_not_a_deadlock() {
     assert_eq!(got, Ok(9));
 }
 
+/// The last remote sender sends, then drops, while the ready queue never empties (a green
+/// thread keeps yielding): the periodic poll must still pick the wake-up up, although no
+/// handle that could send another is left.
+#[test]
+fn a_remote_senders_last_message_wakes_its_receiver_while_other_green_threads_keep_yielding() {
+    const YIELDS: u32 = 100_000;
+    let outcome = greenweave::run(|| {
+        let (tx, rx) = mpsc::channel::<u8>();
+        let remote = tx.remote();
+        drop(tx);
+        let received = Rc::new(Cell::new(None));
+        let slot = received.clone();
+        let receiver = greenweave::spawn(move || slot.set(Some(rx.recv())));
+        thread::yield_now(); // the receiver parks in recv
+        let worker = std::thread::spawn(move || remote.send(7).unwrap()); // then drops it
+        while !worker.is_finished() {
+            thread::yield_now();
+        }
+        worker.join().unwrap();
+        // Only yields from here: the ready queue never empties, so only the periodic poll
+        // can see the wake-up.
+        let mut yields = 0;
+        while received.get().is_none() && yields < YIELDS {
+            thread::yield_now();
+            yields += 1;
+        }
+        let outcome = received.take();
+        if outcome.is_none() {
+            receiver.cancel();
+        }
+        outcome
+    });
+    assert_eq!(outcome, Some(Ok(7)));
+}
+
 #[test]
 fn a_deadlock_among_channels_is_reported_with_every_parked_green_thread() {
     let outcome = panic::catch_unwind(|| {

@@ -17,7 +17,7 @@ use std::mem::ManuallyDrop;
 use std::panic::{self, AssertUnwindSafe};
 use std::ptr::NonNull;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -58,6 +58,9 @@ pub(crate) struct RemoteQueue {
     /// Live `Send` handles (remote senders) through which a wake-up may still come; while
     /// non-zero the deadlock detector cannot rule one out.
     pub(crate) handles: AtomicUsize,
+    /// Set by `wake`, cleared when the scheduler takes the list: a wake-up is waiting even if
+    /// every handle that could send one is gone (a remote sender's last send, then its drop).
+    queued: AtomicBool,
 }
 
 impl RemoteQueue {
@@ -67,6 +70,7 @@ impl RemoteQueue {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .push(task);
+        self.queued.store(true, Ordering::Release);
         self.eventfd.notify();
     }
 }
@@ -331,6 +335,7 @@ impl Scheduler {
             eventfd: EventFd::new()?,
             woken: Mutex::new(Vec::new()),
             handles: AtomicUsize::new(0),
+            queued: AtomicBool::new(false),
         });
         reactor.register_remote(std::os::fd::AsRawFd::as_raw_fd(&remote.eventfd))?;
         Ok(Rc::new(Scheduler {
@@ -620,6 +625,8 @@ impl Scheduler {
         }
         if remote {
             self.remote.eventfd.drain();
+            // Cleared before the list is taken: a wake-up pushed after the take sets it again.
+            self.remote.queued.store(false, Ordering::Release);
             let woken = std::mem::take(
                 &mut *self
                     .remote
@@ -638,9 +645,11 @@ impl Scheduler {
     }
 
     /// Whether another OS thread may send a wake-up (a remote operation in flight, or a live
-    /// remote sender).
+    /// remote sender) or has sent one the scheduler has not taken yet.
     fn remote_may_wake(&self) -> bool {
-        self.remote_pending.get() > 0 || self.remote.handles.load(Ordering::Acquire) > 0
+        self.remote_pending.get() > 0
+            || self.remote.handles.load(Ordering::Acquire) > 0
+            || self.remote.queued.load(Ordering::Acquire)
     }
 
     /// Whether a parked task can be woken by something other than a green thread.
