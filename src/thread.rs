@@ -303,6 +303,63 @@ impl<T> JoinHandle<T> {
         }
     }
 
+    /// Waits, as [`join`](JoinHandle::join) does, but at most `timeout`: if the green thread
+    /// is still running then, the handle comes back as `Err`, still joinable, so nothing is
+    /// lost (with `time::timeout(d, || handle.join())` the handle is consumed and the result
+    /// dropped when the timeout wins). A result that arrives in the same turn as the deadline
+    /// is returned, not reported as a timeout.
+    ///
+    /// # Panics
+    /// As [`join`](JoinHandle::join).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use greenweave::thread;
+    ///
+    /// greenweave::run(|| {
+    ///     let slow = greenweave::spawn(|| {
+    ///         thread::sleep(Duration::from_millis(20));
+    ///         7
+    ///     });
+    ///     let slow = slow
+    ///         .join_timeout(Duration::from_millis(1))
+    ///         .expect_err("still sleeping");
+    ///     assert_eq!(slow.join().unwrap(), 7);
+    /// });
+    /// ```
+    pub fn join_timeout(self, timeout: Duration) -> Result<Result<T, JoinError>, JoinHandle<T>> {
+        let deadline = Instant::now().checked_add(timeout);
+        let mut timed_out = false;
+        loop {
+            // SAFETY: as in `join`.
+            if let Some(result) = unsafe { self.task.result.take::<Outcome<T>>() } {
+                return Ok(result);
+            }
+            if self.task.state.get() == TaskState::Finished {
+                return Ok(Err(JoinError::Cancelled));
+            }
+            if timed_out || deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return Err(self);
+            }
+            if with_scheduler("JoinHandle::join_timeout", |scheduler| {
+                scheduler.is_current(&self.task)
+            }) {
+                panic!("greenweave: a green thread cannot join itself (it would wait forever)");
+            }
+            let wake = scheduler::park(
+                "JoinHandle::join_timeout",
+                Wait::Join(self.task.id),
+                deadline,
+                None,
+                |me, park| {
+                    self.task.joiner.set(Some((me.clone(), park)));
+                },
+            );
+            // The top of the loop looks once more before reporting the timeout.
+            timed_out = wake == Wake::TimedOut;
+        }
+    }
+
     /// Whether the green thread has finished (returned, panicked or been cancelled), so that
     /// [`join`](JoinHandle::join) will not wait.
     pub fn is_finished(&self) -> bool {

@@ -743,6 +743,49 @@ fn cancel_of_a_green_thread_that_has_not_started_never_runs_its_body() {
 // switch; timed waits time out at once, untimed ones fail fast).
 
 #[test]
+fn join_timeout_hands_the_handle_back_while_the_green_thread_runs_and_it_stays_joinable() {
+    greenweave::run(|| {
+        let handle = greenweave::spawn(|| {
+            thread::sleep(Duration::from_millis(20));
+            "done"
+        });
+        let handle = match handle.join_timeout(Duration::from_millis(1)) {
+            Err(handle) => handle,
+            Ok(result) => panic!("returned before the green thread finished: {result:?}"),
+        };
+        assert!(!handle.is_finished());
+        assert_eq!(handle.join().unwrap(), "done");
+    });
+}
+
+/// The green thread's own timer and the joiner's deadline fire in the same turn, the green
+/// thread's first: it finishes before the joiner, woken as timed out, runs again. The joiner
+/// looks once more and takes the result instead of handing the handle back.
+#[test]
+fn join_timeout_returns_a_result_that_arrives_in_the_turn_its_deadline_passes() {
+    let outcome = greenweave::run(|| {
+        let start = Instant::now();
+        let joinee = greenweave::spawn(|| {
+            thread::sleep(Duration::from_millis(5));
+            7
+        });
+        let joiner = greenweave::spawn(move || joinee.join_timeout(Duration::from_millis(10)));
+        // Keeps the scheduler busy past both deadlines, so both timers are due when it next
+        // looks, and fire in deadline order: the joinee's, then the joiner's.
+        greenweave::spawn(move || {
+            while start.elapsed() < Duration::from_millis(20) {
+                std::hint::spin_loop();
+            }
+        });
+        match joiner.join().unwrap() {
+            Ok(result) => Ok(result.unwrap()),
+            Err(_handle) => Err("handed back although the result had arrived"),
+        }
+    });
+    assert_eq!(outcome, Ok(7));
+}
+
+#[test]
 fn cancel_after_the_green_thread_finished_changes_nothing() {
     greenweave::run(|| {
         let handle = greenweave::spawn(|| 5);
