@@ -532,13 +532,32 @@ impl<I, Y> Yielder<I, Y> {
     /// coroutine that was handed a reference to it), or while the coroutine unwinds.
     #[inline]
     pub fn suspend(&self, value: Y) -> I {
+        if std::thread::panicking() && !self.resumed_while_unwinding.get() {
+            suspend_while_unwinding();
+        }
+        let input = self.switch_to_resumer(value);
+        self.resumed_while_unwinding.set(std::thread::panicking());
+        input
+    }
+
+    /// [`suspend`](Yielder::suspend) for a caller that has already made sure the coroutine is
+    /// not unwinding, and whose coroutine is never suspended by user code (the scheduler's
+    /// green threads: `park` and `yield_now` refuse to switch while unwinding). Skips the
+    /// unwinding check and its bookkeeping, which are on every green thread's park otherwise.
+    #[inline(always)]
+    pub(crate) fn suspend_not_unwinding(&self, value: Y) -> I {
+        debug_assert!(!std::thread::panicking());
+        self.switch_to_resumer(value)
+    }
+
+    /// The switch of `suspend`: checks the yielder is used on its own stack, hands `value` to
+    /// the resumer and returns the next input (or unwinds, if the coroutine is being dropped).
+    #[inline(always)]
+    fn switch_to_resumer(&self, value: Y) -> I {
         let here = arch::current_stack_pointer();
         let root = self as *const Self as usize;
         if here < self.stack_limit || here > root {
             panic!("greenweave: Yielder::suspend called outside its own coroutine");
-        }
-        if std::thread::panicking() && !self.resumed_while_unwinding.get() {
-            suspend_while_unwinding();
         }
         let message = Message::new(value);
         // SAFETY: `resumer` is the context that resumed us and is waiting in its switch (a
@@ -546,7 +565,6 @@ impl<I, Y> Yielder<I, Y> {
         // anything can resume us, and this frame stays alive until then.
         let transfer = unsafe { arch::suspend(self.resumer.get(), message.word()) };
         self.resumer.set(transfer.from);
-        self.resumed_while_unwinding.set(std::thread::panicking());
         if transfer.data == UNWIND_REQUEST {
             panic::resume_unwind(Box::new(ForcedUnwind(root)));
         }

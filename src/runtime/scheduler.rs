@@ -928,8 +928,9 @@ pub(crate) fn yield_now(what: &str) {
 fn suspend_to_scheduler(task: &Task, suspend: Suspend) -> Wake {
     let yielder = task.yielder.get();
     // SAFETY: the yielder was set by this green thread's body when it started and lives in
-    // its root frame, which is alive (we are running on this stack).
-    unsafe { &*yielder }.suspend(suspend)
+    // its root frame, which is alive (we are running on this stack). Only this function
+    // suspends it, and only from `park` and `yield_now`, which never switch while unwinding.
+    unsafe { &*yielder }.suspend_not_unwinding(suspend)
 }
 
 /// The deadline of a park whose own deadline is `deadline`, inside the `time::timeout` scope
