@@ -99,7 +99,7 @@ impl Builder {
     /// rounded up to at least 16 KiB plus 16 times the size of the closure (which is placed on
     /// the stack, and copied several times on the way to its call in unoptimised builds), and
     /// to whole pages: a green thread with a tiny stack runs, though a deep call overflows it
-    /// (which aborts, see [`Stack`](crate::Stack)). 0 is refused by [`spawn`](Builder::spawn).
+    /// (which aborts, see [`Stack`]). 0 is refused by [`spawn`](Builder::spawn).
     pub fn stack_size(mut self, bytes: usize) -> Builder {
         self.stack_size = Some(bytes);
         self
