@@ -142,6 +142,38 @@ fn timed_waits_in_a_destructor_during_an_unwind_time_out_at_once() {
     assert_eq!(outcome, ["event false, recv Err(Timeout)"]);
 }
 
+/// A socket read in a destructor during an unwind does not park: it fails at once with
+/// `TimedOut`, and the error says why.
+#[test]
+fn a_socket_read_in_a_destructor_during_an_unwind_fails_at_once_saying_why() {
+    use greenweave::os::unix::net::UnixStream;
+    use std::io::Read;
+    struct ReadsOnDrop(UnixStream, Rc<RefCell<Option<std::io::Error>>>);
+    impl Drop for ReadsOnDrop {
+        fn drop(&mut self) {
+            let error = self.0.read(&mut [0_u8; 1]).unwrap_err();
+            *self.1.borrow_mut() = Some(error);
+        }
+    }
+    let error = greenweave::run(|| {
+        let (near, far) = UnixStream::pair().unwrap();
+        let error = Rc::new(RefCell::new(None));
+        let guard = ReadsOnDrop(near, error.clone());
+        let panicking = greenweave::spawn(move || {
+            let _guard = guard;
+            panic!("unwinds into a destructor that reads");
+        });
+        assert!(panicking.join().unwrap_err().is_panic());
+        drop(far);
+        error.take().expect("the destructor ran")
+    });
+    assert_eq!(error.kind(), std::io::ErrorKind::TimedOut);
+    assert!(
+        error.to_string().contains("the green thread is unwinding"),
+        "{error}"
+    );
+}
+
 /// `run` returns, and `panicking()` is false afterwards, when a green thread's destructor
 /// waited (with a timeout) during its unwind while `main` was finishing.
 #[test]

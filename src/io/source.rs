@@ -186,6 +186,16 @@ impl Source {
             };
             match scheduler::park(what, wait, deadline, Some(io), |_, _| {}) {
                 Wake::Notified => continue,
+                Wake::TimedOut if std::thread::panicking() => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "{what} could not wait for fd {} to be {interest}: the green thread \
+                             is unwinding, and a green thread does not switch while it unwinds",
+                            self.fd
+                        ),
+                    ));
+                }
                 Wake::TimedOut => {
                     return Err(io::Error::new(
                         io::ErrorKind::TimedOut,
