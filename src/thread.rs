@@ -276,30 +276,9 @@ impl<T> JoinHandle<T> {
     // the scheduler (a mispredicted return on every join: 77 -> 53 ns per spawn+join).
     #[inline(always)]
     pub fn join(self) -> Result<T, JoinError> {
-        loop {
-            // SAFETY: the body of this handle's task puts an `Outcome<T>` (`spawn_named`).
-            if let Some(result) = unsafe { self.task.result.take::<Outcome<T>>() } {
-                return result;
-            }
-            if self.task.state.get() == TaskState::Finished {
-                // Finished without a result: its runtime ended without it and leaked its stack
-                // (`Task::abandon`). Nothing will ever put one.
-                return Err(JoinError::Cancelled);
-            }
-            if with_scheduler("JoinHandle::join", |scheduler| {
-                scheduler.is_current(&self.task)
-            }) {
-                panic!("greenweave: a green thread cannot join itself (it would wait forever)");
-            }
-            scheduler::park(
-                "JoinHandle::join",
-                Wait::Join(self.task.id),
-                None,
-                None,
-                |me, park| {
-                    self.task.joiner.set(Some((me.clone(), park)));
-                },
-            );
+        match self.wait_for_result("JoinHandle::join", None) {
+            Some(result) => result,
+            None => unreachable!("a wait with no deadline ends only with the result"),
         }
     }
 
@@ -329,25 +308,38 @@ impl<T> JoinHandle<T> {
     /// ```
     pub fn join_timeout(self, timeout: Duration) -> Result<Result<T, JoinError>, JoinHandle<T>> {
         let deadline = Instant::now().checked_add(timeout);
+        match self.wait_for_result("JoinHandle::join_timeout", deadline) {
+            Some(result) => Ok(result),
+            None => Err(self),
+        }
+    }
+
+    /// The wait of `join` and `join_timeout`: the green thread's result, or `None` once
+    /// `deadline` has passed. After the deadline's wake-up it looks once more, so a result that
+    /// arrived in the same turn is returned, not reported as a timeout.
+    ///
+    /// Always inlined, as `join` is: with no deadline the timeout checks fold away.
+    #[inline(always)]
+    fn wait_for_result(&self, what: &str, deadline: Option<Instant>) -> Option<Outcome<T>> {
         let mut timed_out = false;
         loop {
-            // SAFETY: as in `join`.
+            // SAFETY: the body of this handle's task puts an `Outcome<T>` (`spawn_named`).
             if let Some(result) = unsafe { self.task.result.take::<Outcome<T>>() } {
-                return Ok(result);
+                return Some(result);
             }
             if self.task.state.get() == TaskState::Finished {
-                return Ok(Err(JoinError::Cancelled));
+                // Finished without a result: its runtime ended without it and leaked its stack
+                // (`Task::abandon`). Nothing will ever put one.
+                return Some(Err(JoinError::Cancelled));
             }
             if timed_out || deadline.is_some_and(|deadline| Instant::now() >= deadline) {
-                return Err(self);
+                return None;
             }
-            if with_scheduler("JoinHandle::join_timeout", |scheduler| {
-                scheduler.is_current(&self.task)
-            }) {
+            if with_scheduler(what, |scheduler| scheduler.is_current(&self.task)) {
                 panic!("greenweave: a green thread cannot join itself (it would wait forever)");
             }
             let wake = scheduler::park(
-                "JoinHandle::join_timeout",
+                what,
                 Wait::Join(self.task.id),
                 deadline,
                 None,
@@ -355,8 +347,7 @@ impl<T> JoinHandle<T> {
                     self.task.joiner.set(Some((me.clone(), park)));
                 },
             );
-            // The top of the loop looks once more before reporting the timeout.
-            timed_out = wake == Wake::TimedOut;
+            timed_out = deadline.is_some() && wake == Wake::TimedOut;
         }
     }
 

@@ -20,6 +20,8 @@ use greenweave::{Coroutine, CoroutineResult};
 
 mod common;
 
+use common::assert_aborted_saying;
+
 const FOREVER: Duration = Duration::from_secs(3600);
 
 /// Lets every runnable green thread run a few times.
@@ -27,21 +29,6 @@ fn settle() {
     for _ in 0..32 {
         thread::yield_now();
     }
-}
-
-/// Asserts the child aborted (SIGABRT) and its stderr contains `expected`.
-fn assert_aborted_saying(outcome: &common::ChildOutcome, expected: &str) {
-    assert_eq!(
-        outcome.signal(),
-        Some(libc::SIGABRT),
-        "{}",
-        outcome.describe()
-    );
-    assert!(
-        outcome.stderr.contains(expected),
-        "stderr should contain {expected:?}\n{}",
-        outcome.describe()
-    );
 }
 
 /// Records `std::thread::panicking()` as seen by each green thread that runs while `probe` is

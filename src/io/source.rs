@@ -186,31 +186,21 @@ impl Source {
             };
             match scheduler::park(what, wait, deadline, Some(io), |_, _| {}) {
                 Wake::Notified => continue,
-                Wake::TimedOut if std::thread::panicking() => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!(
-                            "{what} could not wait for fd {} to be {interest}: the green thread \
-                             is unwinding, and a green thread does not switch while it unwinds",
-                            self.fd
-                        ),
-                    ));
-                }
                 Wake::TimedOut => {
+                    // While unwinding, `park` refuses to wait and times out at once: say so.
+                    let failed = if std::thread::panicking() {
+                        "could not wait (the green thread is unwinding, and a green thread does \
+                         not switch while it unwinds)"
+                    } else {
+                        "timed out waiting"
+                    };
                     return Err(io::Error::new(
                         io::ErrorKind::TimedOut,
-                        format!(
-                            "{what} timed out waiting for fd {} to be {interest}",
-                            self.fd
-                        ),
+                        format!("{what} {failed} for fd {} to be {interest}", self.fd),
                     ));
                 }
-                Wake::Cancelled => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::Interrupted,
-                        format!("{what} interrupted: the green thread is being cancelled"),
-                    ));
-                }
+                // `park` raises a cancellation itself, as an unwind; it never returns it.
+                Wake::Cancelled => unreachable!("park returned Wake::Cancelled"),
             }
         }
     }

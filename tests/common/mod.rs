@@ -245,3 +245,18 @@ fn emulator(guest_arch: &str) -> Option<Vec<String>> {
         format!("/usr/{guest_arch}-linux-gnu"),
     ])
 }
+
+/// Asserts that the child aborted (SIGABRT) and that its stderr contains `expected`.
+pub fn assert_aborted_saying(outcome: &ChildOutcome, expected: &str) {
+    assert_eq!(
+        outcome.signal(),
+        Some(libc::SIGABRT),
+        "the child should abort\n{}",
+        outcome.describe()
+    );
+    assert!(
+        outcome.stderr.contains(expected),
+        "stderr should contain {expected:?}\n{}",
+        outcome.describe()
+    );
+}
