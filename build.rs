@@ -37,4 +37,10 @@ fn main() {
     println!("cargo:rerun-if-changed={source}");
     println!("cargo:rerun-if-changed=build.rs");
     cc::Build::new().file(source).compile("greenweave_switch");
+    // The `hooks` feature defines libc's variadic fcntl and ioctl, which stable Rust cannot.
+    if env::var_os("CARGO_FEATURE_HOOKS").is_some() {
+        let hooks = format!("asm/hooks_{arch}.S");
+        println!("cargo:rerun-if-changed={hooks}");
+        cc::Build::new().file(&hooks).compile("greenweave_hooks");
+    }
 }

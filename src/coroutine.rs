@@ -550,6 +550,15 @@ impl<I, Y> Yielder<I, Y> {
         self.switch_to_resumer(value)
     }
 
+    /// Whether the code running now is on this yielder's own coroutine stack (so `suspend`
+    /// would not panic for being called from elsewhere): the same bounds `suspend` checks.
+    #[inline]
+    #[cfg_attr(not(feature = "hooks"), allow(dead_code))]
+    pub(crate) fn is_on_own_stack(&self) -> bool {
+        let here = arch::current_stack_pointer();
+        here >= self.stack_limit && here <= self as *const Self as usize
+    }
+
     /// The switch of `suspend`: checks the yielder is used on its own stack, hands `value` to
     /// the resumer and returns the next input (or unwinds, if the coroutine is being dropped).
     #[inline(always)]

@@ -44,6 +44,8 @@ mod arch;
 mod coroutine;
 mod fiber;
 pub mod greenlet;
+#[cfg(feature = "hooks")]
+pub mod hooks;
 pub mod io;
 pub mod net;
 pub mod os;

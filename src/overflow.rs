@@ -295,9 +295,10 @@ fn report_overflow_and_abort(stack_bytes: usize) -> ! {
     message.push_decimal(stack_bytes / 1024);
     message
         .push(b" KiB)\nfatal runtime error: stack overflow in a greenweave coroutine, aborting\n");
-    // SAFETY: write(2) and abort(3) are async-signal-safe; the buffer is valid for its length.
+    // SAFETY: write(2) and abort(3) are async-signal-safe (and libc's `write` was resolved at
+    // load time, with the hooks on); the buffer is valid for its length.
     unsafe {
-        libc::write(
+        crate::sys::real::write(
             libc::STDERR_FILENO,
             message.bytes.as_ptr().cast(),
             message.len,

@@ -8,6 +8,7 @@
 //! May not: run tasks. Waking is done through the callback the scheduler passes to `poll`.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::os::fd::RawFd;
@@ -131,6 +132,10 @@ pub(crate) struct Reactor {
     /// Tasks woken by `deregister` (their fd closed), to be handed to the scheduler at the
     /// next poll.
     orphaned: RefCell<Vec<(Rc<Task>, u64)>>,
+    /// Registrations of fds that no greenweave type owns (the `hooks` feature waits on the
+    /// program's own sockets), by fd; each lives until the fd is closed through `close` or
+    /// the runtime ends.
+    borrowed: RefCell<HashMap<RawFd, Registration>>,
 }
 
 #[derive(Default)]
@@ -146,6 +151,7 @@ impl Reactor {
             slots: RefCell::new(Slab::default()),
             events: RefCell::new(vec![libc::epoll_event { events: 0, u64: 0 }; 1024]),
             orphaned: RefCell::new(Vec::new()),
+            borrowed: RefCell::new(HashMap::new()),
         })
     }
 
@@ -179,6 +185,33 @@ impl Reactor {
             io,
             reactor: Rc::downgrade(self),
         })
+    }
+
+    /// The readiness of `fd`, an fd the program owns (the hooks layer parks on it), registering
+    /// it the first time. The registration is kept until [`forget_borrowed`](Self::forget_borrowed)
+    /// (the program closes the fd) or the runtime ends.
+    ///
+    /// # Errors
+    /// Those of `epoll_ctl`: `EPERM` for an fd epoll cannot watch (a regular file), `EEXIST`
+    /// for one a greenweave type has registered itself.
+    #[cfg_attr(not(feature = "hooks"), allow(dead_code))]
+    pub(crate) fn register_borrowed(self: &Rc<Self>, fd: RawFd) -> io::Result<Rc<ScheduledIo>> {
+        if let Some(registration) = self.borrowed.borrow().get(&fd) {
+            return Ok(registration.io.clone());
+        }
+        let registration = self.register(fd)?;
+        let io = registration.io.clone();
+        self.borrowed.borrow_mut().insert(fd, registration);
+        Ok(io)
+    }
+
+    /// Drops the registration of a borrowed fd that is about to be closed: the fd leaves epoll
+    /// and the green threads waiting on it wake to find it closed.
+    #[cfg_attr(not(feature = "hooks"), allow(dead_code))]
+    pub(crate) fn forget_borrowed(&self, fd: RawFd) {
+        // Taken out first: dropping it deregisters, which borrows the slab.
+        let registration = self.borrowed.borrow_mut().remove(&fd);
+        drop(registration);
     }
 
     /// Whether any fd is registered (besides the remote eventfd) or an orphaned waiter is

@@ -289,6 +289,31 @@ pub(crate) fn in_runtime() -> bool {
     !SCHEDULER.get().is_null()
 }
 
+/// Whether the code running now may park: it runs on a green thread's own stack (not on the
+/// scheduler, another OS thread, or a coroutine or greenlet that a green thread resumed, whose
+/// stack the scheduler cannot resume), and that green thread is not unwinding. The hooks layer
+/// asks this before each call it might park; everywhere else a hooked call is libc's own.
+#[inline]
+#[cfg_attr(not(feature = "hooks"), allow(dead_code))]
+pub(crate) fn can_park_here() -> bool {
+    let scheduler = SCHEDULER.get();
+    if scheduler.is_null() {
+        return false;
+    }
+    // SAFETY: as in `with_scheduler`, the scheduler is alive while the pointer is set; the
+    // running task (if any) is kept alive by `run_task` while `current` points at it, and its
+    // yielder (set when its body started) lives in the root frame of its stack.
+    let on_own_stack = unsafe {
+        let task = (*scheduler).current.get();
+        if task.is_null() {
+            return false;
+        }
+        let yielder = (*task).yielder.get();
+        !yielder.is_null() && (*yielder).is_on_own_stack()
+    };
+    on_own_stack && !std::thread::panicking()
+}
+
 /// The running green thread's name, for the stack-overflow report.
 ///
 /// # Safety
@@ -330,6 +355,8 @@ impl Drop for EnterGuard {
 
 impl Scheduler {
     pub(crate) fn new(default_stack_size: usize) -> io::Result<Rc<Scheduler>> {
+        #[cfg(feature = "hooks")]
+        crate::hooks::keep_linked();
         let reactor = Rc::new(Reactor::new()?);
         let remote = Arc::new(RemoteQueue {
             eventfd: EventFd::new()?,

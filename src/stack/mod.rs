@@ -278,7 +278,7 @@ fn guard_regions_fault() -> bool {
     // SAFETY: `guard` points to one byte inside `probe`, which outlives the call; a fresh pipe
     // has room for it, so the write cannot block. If the guard works the kernel reads nothing
     // and fails with EFAULT.
-    let written = unsafe { libc::write(write_end.as_raw_fd(), guard.cast(), 1) };
+    let written = unsafe { crate::sys::real::write(write_end.as_raw_fd(), guard.cast(), 1) };
     written == -1 && io::Error::last_os_error().raw_os_error() == Some(libc::EFAULT)
 }
 

@@ -24,14 +24,15 @@ impl EventFd {
         let one: u64 = 1;
         // SAFETY: writes 8 bytes from a live u64. A full counter (EAGAIN) still leaves the fd
         // readable, which is all a notification needs, so the result is ignored.
-        let _ = unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        let _ = unsafe { super::real::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
     }
 
     /// Resets the counter so the next `notify` is a new edge.
     pub(crate) fn drain(&self) {
         let mut value: u64 = 0;
         // SAFETY: reads 8 bytes into a live u64; EAGAIN (already drained) is fine.
-        let _ = unsafe { libc::read(self.fd.as_raw_fd(), (&mut value as *mut u64).cast(), 8) };
+        let _ =
+            unsafe { super::real::read(self.fd.as_raw_fd(), (&mut value as *mut u64).cast(), 8) };
     }
 }
 

@@ -9,6 +9,9 @@
 
 pub(crate) mod epoll;
 pub(crate) mod eventfd;
+#[cfg(feature = "hooks")]
+pub(crate) mod fd_state;
+pub(crate) mod real;
 pub(crate) mod socket;
 
 use std::io;
@@ -38,7 +41,7 @@ pub(crate) fn is_ready_now(fd: std::os::fd::RawFd, writable: bool) -> io::Result
     };
     loop {
         // SAFETY: one valid pollfd, zero timeout.
-        match check(unsafe { libc::poll(&mut entry, 1, 0) }) {
+        match check(unsafe { real::poll(&mut entry, 1, 0) }) {
             Ok(_) => {
                 return Ok(entry.revents
                     & (events | libc::POLLERR | libc::POLLHUP | libc::POLLNVAL)

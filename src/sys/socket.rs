@@ -101,8 +101,9 @@ pub(crate) fn unix_socket(kind: libc::c_int) -> io::Result<OwnedFd> {
 
 fn new_socket(family: libc::c_int, kind: libc::c_int) -> io::Result<OwnedFd> {
     // SAFETY: no memory preconditions; a non-negative result is a new fd that we own.
-    let fd =
-        check(unsafe { libc::socket(family, kind | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0) })?;
+    let fd = check(unsafe {
+        super::real::socket(family, kind | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0)
+    })?;
     // SAFETY: `fd` was just returned to us.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
@@ -138,7 +139,7 @@ unsafe fn connect_raw(
 ) -> io::Result<bool> {
     loop {
         // SAFETY: the caller guarantees `addr` and `len`.
-        let rc = unsafe { libc::connect(fd.as_raw_fd(), addr, len) };
+        let rc = unsafe { super::real::connect(fd.as_raw_fd(), addr, len) };
         match check(rc) {
             Ok(_) => return Ok(true),
             Err(error) if error.raw_os_error() == Some(libc::EINPROGRESS) => return Ok(false),
@@ -184,10 +185,19 @@ pub(crate) fn set_backlog(fd: BorrowedFd<'_>, backlog: u32) -> io::Result<()> {
 /// Puts `fd` in non-blocking mode (for fds handed to us by std or the user).
 pub(crate) fn set_nonblocking(fd: libc::c_int) -> io::Result<()> {
     // SAFETY: fcntl on an fd the caller owns; F_GETFL/F_SETFL take no pointers.
-    let flags = check(unsafe { libc::fcntl(fd, libc::F_GETFL) })?;
+    let flags = check(unsafe { super::real::fcntl(fd, libc::F_GETFL, 0) })?;
     if flags & libc::O_NONBLOCK == 0 {
         // SAFETY: as above.
-        check(unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) })?;
+        check(unsafe {
+            super::real::fcntl(
+                fd,
+                libc::F_SETFL,
+                (flags | libc::O_NONBLOCK) as libc::c_ulong,
+            )
+        })?;
     }
+    // The hooks' cache must see it: a green socket's calls that reach them must not park.
+    #[cfg(feature = "hooks")]
+    super::fd_state::set_nonblocking(fd, true);
     Ok(())
 }

@@ -1,0 +1,156 @@
+//! Making blocking code green: greenweave's `monkey.patch_all` (cargo feature `hooks`).
+//!
+//! With the feature on, the binary defines libc's blocking functions itself, as gevent patches
+//! Python's socket module and libco hooks libc. Code nobody rewrote for greenweave (std's
+//! `TcpStream`, `UdpSocket` and `thread::sleep`, a blocking client crate such as `ureq` or
+//! `redis`) then parks only its own green thread when it would block, and the other green
+//! threads run meanwhile:
+//!
+//! ```
+//! # #[cfg(feature = "hooks")] {
+//! use std::io::{Read, Write};
+//! use std::time::{Duration, Instant};
+//!
+//! greenweave::run(|| {
+//!     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+//!     let address = listener.local_addr().unwrap();
+//!     // An ordinary std server, in a green thread: its accept and read park, not block.
+//!     let server = greenweave::spawn(move || {
+//!         let (mut stream, _) = listener.accept().unwrap();
+//!         let mut request = [0; 4];
+//!         stream.read_exact(&mut request).unwrap();
+//!         stream.write_all(&request).unwrap();
+//!     });
+//!     let started = Instant::now();
+//!     let sleeper = greenweave::spawn(|| std::thread::sleep(Duration::from_millis(50)));
+//!     let mut client = std::net::TcpStream::connect(address).unwrap();
+//!     client.write_all(b"ping").unwrap();
+//!     let mut reply = [0; 4];
+//!     client.read_exact(&mut reply).unwrap();
+//!     assert_eq!(&reply, b"ping");
+//!     sleeper.join().unwrap();
+//!     server.join().unwrap();
+//!     // The sleep did not hold up the exchange, nor the exchange the sleep.
+//!     assert!(started.elapsed() < Duration::from_secs(5));
+//! });
+//! # }
+//! ```
+//!
+//! # What is hooked
+//!
+//! | functions | in a green thread |
+//! |---|---|
+//! | `read`, `write`, `readv`, `writev`, `recv`, `recvfrom`, `recvmsg`, `send`, `sendto`, `sendmsg` | a call that would block parks until the fd is ready, then is made again |
+//! | `connect`, `accept`, `accept4` | started non-blocking; parks until connected (the result from `SO_ERROR`) or a connection comes |
+//! | `poll`, `ppoll`, `select` | parks until one of the fds is ready or the timeout |
+//! | `nanosleep`, `clock_nanosleep` (std's `thread::sleep`), `usleep`, `sleep` | parks on the runtime's timers |
+//! | `getaddrinfo`, `gethostbyname` | runs on another OS thread while the green thread parks |
+//! | `close` | a green thread parked on the fd wakes with `EBADF`; the fd leaves epoll |
+//! | `socket`, `dup`, `dup2`, `dup3`, `setsockopt`, `fcntl`, `ioctl` | unchanged; they keep track of `O_NONBLOCK` and socket timeouts |
+//!
+//! **Everywhere else** (a plain OS thread, before or after `run`, the scheduler itself, the
+//! offload helpers, a coroutine or greenlet that a green thread resumed, a green thread that is
+//! unwinding) every hooked function is libc's: same results, same `errno`. Inside a green
+//! thread the program sees what libc would show it:
+//! - A socket the program made non-blocking (`set_nonblocking`, `fcntl`, `ioctl(FIONBIO)`) and a
+//!   call with `MSG_DONTWAIT` get `EAGAIN`, never a park. The hooks never change an fd's mode:
+//!   socket calls are made with `MSG_DONTWAIT`, and `connect`/`accept` turn `O_NONBLOCK` on for
+//!   the one attempt only.
+//! - `SO_RCVTIMEO` / `SO_SNDTIMEO` bound the park; then the call fails as libc's would (`EAGAIN`;
+//!   `EINPROGRESS` for `connect`).
+//! - A cancelled green thread's call fails with `ECANCELED`, and one inside a `time::timeout`
+//!   whose deadline passed with `ETIMEDOUT` (a `poll` returns 0; a sleep returns early): the
+//!   cancellation or timeout is raised at the green thread's next park in Rust code. An
+//!   `extern "C"` function cannot unwind, and an `EINTR` would be retried.
+//!
+//! When the data is ready, a hooked call costs a branch and a table lookup beyond libc's: no
+//! extra system call (the would-block path adds the `epoll` registration of a new fd, once).
+//!
+//! # Limits
+//!
+//! - **Locks that block the OS thread still do.** `std::sync::Mutex`, `RwLock`, `Condvar`,
+//!   `OnceLock` and channels wait with `futex`, which is a system call, not a libc function: a
+//!   green thread holding one across a park can deadlock the OS thread. Use
+//!   [`greenweave::sync`](crate::sync) in green threads.
+//! - **Raw system calls bypass libc**: crates that use `rustix`'s default (linux_raw) backend,
+//!   `mio`/`tokio` internals, or `libc::syscall` are not seen. Their fds are also not tracked,
+//!   so an fd whose mode they change behind libc's back may be cached wrongly.
+//! - **Regular files block.** epoll cannot watch them; use [`unblock`](crate::unblock) for file
+//!   I/O in green threads.
+//! - **Pipes and terminals**: a read or write is made once `poll` says the fd is ready; a write
+//!   larger than the free space of a pipe can still block the OS thread.
+//! - **Shared C libraries** (libcurl, libpq) reach the hooks only through the dynamic symbol
+//!   table. An executable built by cargo exports `#[no_mangle]` functions there, so a library it
+//!   loads finds them; a static glibc build, or a binary linked with `--exclude-libs`/a version
+//!   script that hides them, does not. A C library that calls `syscall` directly is not seen.
+//! - **Signals and ppoll's mask**: a green thread's `ppoll` does not swap the signal mask while
+//!   it parks (the mask is the OS thread's, shared by every green thread).
+//!
+//! To find blocking calls the hooks do not cover, see the stall report of
+//! [`runtime::Builder`](crate::runtime::Builder).
+
+mod dns;
+mod io;
+mod poll;
+mod sleep;
+mod wait;
+
+/// Every hook, referenced from code every runtime runs (`keep_linked`), so that the linker
+/// takes the hooks' object files into any binary that uses a runtime: an archive member is only
+/// linked when something refers to it, and the C calls the hooks replace are resolved after the
+/// library's archive has been scanned.
+static HOOKS: Hooks = Hooks([
+    io::read as *const (),
+    io::write as *const (),
+    io::readv as *const (),
+    io::writev as *const (),
+    io::recv as *const (),
+    io::recvfrom as *const (),
+    io::recvmsg as *const (),
+    io::send as *const (),
+    io::sendto as *const (),
+    io::sendmsg as *const (),
+    io::connect as *const (),
+    io::accept as *const (),
+    io::accept4 as *const (),
+    io::socket as *const (),
+    io::close as *const (),
+    io::dup as *const (),
+    io::dup2 as *const (),
+    io::dup3 as *const (),
+    io::setsockopt as *const (),
+    io::greenweave_hook_fcntl as *const (),
+    io::greenweave_hook_ioctl as *const (),
+    poll::poll as *const (),
+    poll::ppoll as *const (),
+    poll::select as *const (),
+    sleep::nanosleep as *const (),
+    sleep::clock_nanosleep as *const (),
+    sleep::usleep as *const (),
+    sleep::sleep as *const (),
+    dns::getaddrinfo as *const (),
+    dns::gethostbyname as *const (),
+]);
+
+/// The addresses of the hooks, only ever read by `keep_linked`'s `black_box`.
+#[allow(dead_code)] // read through `black_box`, which the lint does not see
+struct Hooks([*const (); 30]);
+
+// SAFETY: the addresses of functions, never dereferenced as data nor changed.
+unsafe impl Sync for Hooks {}
+
+unsafe extern "C" {
+    /// The variadic `fcntl`, `fcntl64` and `ioctl` are defined in `asm/hooks_<arch>.S`
+    /// (trampolines to `greenweave_hook_fcntl` and `greenweave_hook_ioctl`).
+    fn fcntl(fd: libc::c_int, cmd: libc::c_int, ...) -> libc::c_int;
+    fn ioctl(fd: libc::c_int, request: libc::c_ulong, ...) -> libc::c_int;
+}
+
+/// Makes sure the hooks are linked into the binary (see [`HOOKS`]); called when a runtime
+/// starts. Costs one load.
+#[inline]
+pub(crate) fn keep_linked() {
+    std::hint::black_box(&HOOKS);
+    std::hint::black_box(fcntl as *const ());
+    std::hint::black_box(ioctl as *const ());
+}
