@@ -50,3 +50,29 @@ fn std_tcp_echo_in_green_threads() {
         server.join().unwrap();
     });
 }
+
+#[test]
+fn a_std_stream_the_hooks_parked_on_can_become_a_green_stream() {
+    greenweave::run(|| {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let server = greenweave::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            stream.write_all(b"one").unwrap();
+            let mut ack = [0; 1];
+            stream.read_exact(&mut ack).unwrap();
+            stream.write_all(b"two").unwrap();
+        });
+        let mut stream = std::net::TcpStream::connect(address).unwrap();
+        let mut first = [0; 3];
+        // Parks in the hooked recv: the fd is registered on the program's behalf.
+        stream.read_exact(&mut first).unwrap();
+        assert_eq!(&first, b"one");
+        stream.write_all(b"k").unwrap();
+        let mut green = greenweave::net::TcpStream::from_std(stream).unwrap();
+        let mut second = [0; 3];
+        green.read_exact(&mut second).unwrap();
+        assert_eq!(&second, b"two");
+        server.join().unwrap();
+    });
+}

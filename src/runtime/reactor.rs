@@ -157,6 +157,13 @@ impl Reactor {
 
     /// Registers `fd` (already non-blocking) for both directions, edge-triggered.
     pub(crate) fn register(self: &Rc<Self>, fd: RawFd) -> io::Result<Registration> {
+        // An fd the hooks registered on the program's behalf now gets an owner (a std socket
+        // turned into a green one with `from_std`): that registration gives way, or epoll
+        // would refuse this one (EEXIST).
+        #[cfg(feature = "hooks")]
+        if self.borrowed.borrow().contains_key(&fd) {
+            self.forget_borrowed(fd);
+        }
         let mut slab = self.slots.borrow_mut();
         let index = match slab.free.pop() {
             Some(index) => index,
