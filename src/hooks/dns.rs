@@ -1,6 +1,6 @@
 //! The hooked resolvers: `getaddrinfo` and `gethostbyname`. glibc's resolver talks to DNS
 //! servers and reads files through internal calls no hook sees, so a green thread's lookup runs
-//! on another OS thread (the offload layer's scoped helper) while only that green thread parks.
+//! on the offload pool (`offload::on_pool`) while only that green thread parks.
 //!
 //! The helper borrows the caller's arguments. That is sound because the green thread waits for
 //! it whatever happens: the offload wait defers a cancellation (or a `time::timeout` scope's
@@ -42,7 +42,7 @@ fn on_helper<R: Copy>(
 ) -> R {
     // Any payload is a deferred cancellation or scope end (the call itself does not panic):
     // dropped here, raised again at the next park.
-    let _ = panic::catch_unwind(AssertUnwindSafe(|| offload::on_os_thread(what, call)));
+    let _ = panic::catch_unwind(AssertUnwindSafe(|| offload::on_pool(what, call)));
     finished()
 }
 

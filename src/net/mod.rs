@@ -21,8 +21,8 @@ use std::time::Duration;
 use crate::runtime::offload;
 
 /// Resolves `addr`: directly when its type cannot involve a name lookup (a `SocketAddr`, an
-/// `(IpAddr, u16)` pair, a slice of them), else on another OS thread, parking this green
-/// thread meanwhile.
+/// `(IpAddr, u16)` pair, a slice of them), else on the offload pool, parking this green thread
+/// meanwhile.
 pub(crate) fn resolve<A: ToSocketAddrs + Sync>(
     what: &'static str,
     addr: &A,
@@ -30,7 +30,7 @@ pub(crate) fn resolve<A: ToSocketAddrs + Sync>(
     let addrs: Vec<SocketAddr> = if is_lookup_free(std::any::type_name::<A>()) {
         addr.to_socket_addrs()?.collect()
     } else {
-        offload::on_os_thread(what, || addr.to_socket_addrs().map(Iterator::collect))?
+        offload::on_pool(what, || addr.to_socket_addrs().map(Iterator::collect))?
     };
     if addrs.is_empty() {
         return Err(io::Error::new(

@@ -1,44 +1,63 @@
 //! Running a blocking call on another OS thread while only the calling green thread waits.
 //!
-//! Owns: `on_os_thread` (a scoped OS thread per call, so the call may borrow from the green
-//! thread's stack: hostname resolution) and [`unblock`] (a small pool of helper OS threads for
-//! `'static` work: file I/O, CPU-heavy work). Either way the green thread parks, and the helper
+//! Owns: a small pool of helper OS threads, reached by [`unblock`] (`'static` work: file I/O,
+//! CPU-heavy work) and by `on_pool` (work that borrows from the green thread's stack: hostname
+//! resolution, the hooks' resolver calls). Either way the green thread parks, and the helper
 //! wakes it through the runtime's remote queue when done.
 
 use std::collections::VecDeque;
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
 use super::scheduler::{self, RemoteQueue, with_scheduler};
 use super::task::{TaskKey, Wait};
 
-/// Runs `call` on a new scoped OS thread and parks the calling green thread until it returns.
-/// `what` names the call in the deadlock report and in the outside-a-runtime panic.
+/// Runs `call` on the helper pool of [`unblock`] and parks the calling green thread until it
+/// returns; unlike `unblock`, `call` and its result may borrow from the green thread's stack
+/// (hostname resolution, the hooks' `getaddrinfo`). `what` names the call in the deadlock
+/// report and in the outside-a-runtime panic.
 ///
-/// If the green thread is cancelled while it waits, it unwinds once the call has returned
-/// (an OS thread cannot be interrupted).
-pub(crate) fn on_os_thread<R: Send>(what: &'static str, call: impl FnOnce() -> R + Send) -> R {
+/// If the green thread is cancelled while it waits, it unwinds once the call has returned (an
+/// OS thread cannot be interrupted).
+pub(crate) fn on_pool<'a, R: Send + 'a>(
+    what: &'static str,
+    call: impl FnOnce() -> R + Send + 'a,
+) -> R {
     let (remote, task) = remote_and_task(what);
-    let finished = AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        let helper = scope.spawn(|| {
-            let result = panic::catch_unwind(AssertUnwindSafe(call));
-            finished.store(true, Ordering::Release);
-            remote.wake(task);
-            result
-        });
-        wait_for(what, || finished.load(Ordering::Acquire));
-        // The helper has flagged completion, so it is about to exit: joining takes microseconds.
-        match helper
-            .join()
-            .expect("the helper thread catches the call's panic")
-        {
-            Ok(result) => result,
-            Err(payload) => panic::resume_unwind(payload),
-        }
-    })
+    let slot: Arc<Mutex<Option<std::thread::Result<R>>>> = Arc::new(Mutex::new(None));
+    let filled = slot.clone();
+    let job: Box<dyn FnOnce() + Send + 'a> = Box::new(move || {
+        // `call` (and whatever it borrows) is consumed here, before the slot is filled; after
+        // that the job touches only what it owns (the slot's Arc, the remote queue).
+        let result = panic::catch_unwind(AssertUnwindSafe(call));
+        *filled
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(result);
+        remote.wake(task);
+    });
+    // SAFETY: only the lifetime is erased. What the job borrows (`'a`) is used only while `call`
+    // runs, and this green thread does not return (nor unwind: `wait_for` defers a
+    // cancellation) until the slot is filled, which happens after `call` has returned and been
+    // dropped. A green thread that shutdown gives up on keeps its stack (leaked), so the borrow
+    // outlives the job in that case too. The result moves out of the slot before `'a` can end;
+    // the job's copy of the slot then holds `None`.
+    let job: Job = unsafe { std::mem::transmute::<Box<dyn FnOnce() + Send + 'a>, Job>(job) };
+    BlockingPool::global().submit(job);
+    let take = || {
+        slot.lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take()
+    };
+    let mut result = None;
+    wait_for(what, || {
+        result = take();
+        result.is_some()
+    });
+    match result.expect("wait_for returns once the result is in") {
+        Ok(value) => value,
+        Err(payload) => panic::resume_unwind(payload),
+    }
 }
 
 /// Runs a blocking function on a small pool of helper OS threads and parks the calling green
@@ -65,30 +84,7 @@ pub(crate) fn on_os_thread<R: Send>(what: &'static str, call: impl FnOnce() -> R
 /// });
 /// ```
 pub fn unblock<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
-    let (remote, task) = remote_and_task("greenweave::unblock");
-    let slot: Arc<Mutex<Option<std::thread::Result<T>>>> = Arc::new(Mutex::new(None));
-    let filled = slot.clone();
-    BlockingPool::global().submit(Box::new(move || {
-        let result = panic::catch_unwind(AssertUnwindSafe(f));
-        *filled
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(result);
-        remote.wake(task);
-    }));
-    let take = || {
-        slot.lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take()
-    };
-    let mut result = None;
-    wait_for("greenweave::unblock", || {
-        result = take();
-        result.is_some()
-    });
-    match result.expect("wait_for returns once the result is in") {
-        Ok(value) => value,
-        Err(payload) => panic::resume_unwind(payload),
-    }
+    on_pool("greenweave::unblock", f)
 }
 
 fn remote_and_task(what: &str) -> (Arc<RemoteQueue>, TaskKey) {
