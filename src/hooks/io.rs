@@ -139,6 +139,17 @@ fn route(fd: RawFd) -> Route {
     }
 }
 
+/// The result of a socket call made on an fd the cache took for a socket. If the kernel says it
+/// is not one (the fd was closed behind libc's back and its number reused), the cache is
+/// forgotten and the plain call (`plain`) is made instead, as libc would have.
+fn unless_not_a_socket(fd: RawFd, result: ssize_t, plain: impl FnOnce() -> ssize_t) -> ssize_t {
+    if result == -1 && errno() == libc::ENOTSOCK {
+        fd_state::forget(fd);
+        return plain();
+    }
+    result
+}
+
 /// `read(2)`.
 ///
 /// # Safety
@@ -151,9 +162,13 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssi
     }
     match route(fd) {
         Route::Libc => unsafe { real::read(fd, buf, count) },
-        Route::Socket => socket_call("read (hooked)", fd, Interest::Readable, || unsafe {
-            real::recv(fd, buf, count, MSG_DONTWAIT)
-        }),
+        Route::Socket => unless_not_a_socket(
+            fd,
+            socket_call("read (hooked)", fd, Interest::Readable, || unsafe {
+                real::recv(fd, buf, count, MSG_DONTWAIT)
+            }),
+            || unsafe { real::read(fd, buf, count) },
+        ),
         Route::OtherPollable => {
             poll_then_call("read (hooked)", fd, Interest::Readable, || unsafe {
                 real::read(fd, buf, count)
@@ -174,9 +189,13 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: size_t) -> 
     }
     match route(fd) {
         Route::Libc => unsafe { real::write(fd, buf, count) },
-        Route::Socket => socket_call("write (hooked)", fd, Interest::Writable, || unsafe {
-            real::send(fd, buf, count, MSG_DONTWAIT)
-        }),
+        Route::Socket => unless_not_a_socket(
+            fd,
+            socket_call("write (hooked)", fd, Interest::Writable, || unsafe {
+                real::send(fd, buf, count, MSG_DONTWAIT)
+            }),
+            || unsafe { real::write(fd, buf, count) },
+        ),
         Route::OtherPollable => {
             poll_then_call("write (hooked)", fd, Interest::Writable, || unsafe {
                 real::write(fd, buf, count)
@@ -209,9 +228,10 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, iovcnt: c_int) -> s
         Route::Libc => unsafe { real::readv(fd, iov, iovcnt) },
         Route::Socket => {
             let mut message = iov_message(iov, iovcnt);
-            socket_call("readv (hooked)", fd, Interest::Readable, || unsafe {
+            let result = socket_call("readv (hooked)", fd, Interest::Readable, || unsafe {
                 real::recvmsg(fd, &mut message, MSG_DONTWAIT)
-            })
+            });
+            unless_not_a_socket(fd, result, || unsafe { real::readv(fd, iov, iovcnt) })
         }
         Route::OtherPollable => {
             poll_then_call("readv (hooked)", fd, Interest::Readable, || unsafe {
@@ -235,9 +255,10 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, iovcnt: c_int) -> 
         Route::Libc => unsafe { real::writev(fd, iov, iovcnt) },
         Route::Socket => {
             let message = iov_message(iov, iovcnt);
-            socket_call("writev (hooked)", fd, Interest::Writable, || unsafe {
+            let result = socket_call("writev (hooked)", fd, Interest::Writable, || unsafe {
                 real::sendmsg(fd, &message, MSG_DONTWAIT)
-            })
+            });
+            unless_not_a_socket(fd, result, || unsafe { real::writev(fd, iov, iovcnt) })
         }
         Route::OtherPollable => {
             poll_then_call("writev (hooked)", fd, Interest::Writable, || unsafe {
