@@ -161,7 +161,10 @@ impl Reactor {
         // turned into a green one with `from_std`): that registration gives way, or epoll
         // would refuse this one (EEXIST).
         #[cfg(feature = "hooks")]
-        if self.borrowed.borrow().contains_key(&fd) {
+        if {
+            let borrowed = self.borrowed.borrow();
+            !borrowed.is_empty() && borrowed.contains_key(&fd)
+        } {
             self.forget_borrowed(fd);
         }
         let mut slab = self.slots.borrow_mut();
