@@ -35,14 +35,20 @@ unsafe extern "C" {
     fn gethostbyname(name: *const c_char) -> *mut c_void;
 }
 
+/// `long c_recv(int fd, void *buffer, unsigned long length)`: recv's result, or -errno.
+type CRecv = unsafe extern "C" fn(c_int, *mut c_void, c_ulong) -> c_long;
+
+/// `int c_nanosleep_ms(int ms)` and `int c_poll_sleep_ms(int ms)`: 0, or -errno.
+type CSleep = unsafe extern "C" fn(c_int) -> c_int;
+
 /// The C library's functions, looked up once.
 struct CLibrary {
-    /// `long c_recv(int fd, void *buffer, unsigned long length)`: recv's result, or -errno.
-    recv: unsafe extern "C" fn(c_int, *mut c_void, c_ulong) -> c_long,
-    /// `int c_nanosleep_ms(int ms)`: 0, or -errno.
-    nanosleep_ms: unsafe extern "C" fn(c_int) -> c_int,
-    /// `int c_poll_sleep_ms(int ms)`: `poll(NULL, 0, ms)`'s result, or -errno.
-    poll_sleep_ms: unsafe extern "C" fn(c_int) -> c_int,
+    /// `c_recv`: `recv(fd, buffer, length, 0)`.
+    recv: CRecv,
+    /// `c_nanosleep_ms`: `nanosleep` for that many milliseconds.
+    nanosleep_ms: CSleep,
+    /// `c_poll_sleep_ms`: `poll(NULL, 0, ms)`, the C idiom for a sleep.
+    poll_sleep_ms: CSleep,
     /// `c_hooked_names` and `c_hooked_functions`: each function the hooks define, and the
     /// address the dynamic linker bound the library's references to it to.
     bound: Vec<(String, usize)>,
@@ -86,9 +92,11 @@ fn library() -> &'static CLibrary {
         // SAFETY: each symbol is a function defined with this C signature in blocking_calls.c.
         unsafe {
             CLibrary {
-                recv: std::mem::transmute::<*mut c_void, _>(symbol(c"c_recv")),
-                nanosleep_ms: std::mem::transmute::<*mut c_void, _>(symbol(c"c_nanosleep_ms")),
-                poll_sleep_ms: std::mem::transmute::<*mut c_void, _>(symbol(c"c_poll_sleep_ms")),
+                recv: std::mem::transmute::<*mut c_void, CRecv>(symbol(c"c_recv")),
+                nanosleep_ms: std::mem::transmute::<*mut c_void, CSleep>(symbol(c"c_nanosleep_ms")),
+                poll_sleep_ms: std::mem::transmute::<*mut c_void, CSleep>(symbol(
+                    c"c_poll_sleep_ms",
+                )),
                 bound,
             }
         }
