@@ -79,10 +79,16 @@
 //!   I/O in green threads.
 //! - **Pipes and terminals**: a read or write is made once `poll` says the fd is ready; a write
 //!   larger than the free space of a pipe can still block the OS thread.
-//! - **Shared C libraries** (libcurl, libpq) reach the hooks only through the dynamic symbol
-//!   table. An executable built by cargo exports `#[no_mangle]` functions there, so a library it
-//!   loads finds them; a static glibc build, or a binary linked with `--exclude-libs`/a version
-//!   script that hides them, does not. A C library that calls `syscall` directly is not seen.
+//! - **Shared C libraries** (libcurl, libpq), linked or `dlopen`ed, reach the hooks with nothing
+//!   to do: the linker (GNU ld, gold, lld; with LTO, after `strip`) exports an executable's
+//!   definition of a function that a shared library it links (libc) also defines, and the
+//!   dynamic linker binds a library's calls to the executable's definitions first
+//!   (`tests/hooks_c_library.rs`). Not seen: a binary linked with `-Wl,--exclude-libs,ALL` or a
+//!   version script with `local: *` (they hide the hooks), a library `dlopen`ed with
+//!   `RTLD_DEEPBIND` (it binds to libc first), the `__read_chk`/`__recv_chk`/`__poll_chk`
+//!   calls of a library built with `_FORTIFY_SOURCE` into a buffer of known size, and
+//!   `syscall`. A static (`crt-static`) build does not link with the feature (`getaddrinfo` is
+//!   defined twice).
 //! - **Signals and ppoll's mask**: a green thread's `ppoll` does not swap the signal mask while
 //!   it parks (the mask is the OS thread's, shared by every green thread).
 //!
