@@ -8,6 +8,8 @@
 //! hands the `execve` of the host's compiler to the host) and loaded with `dlopen`.
 #![cfg(feature = "hooks")]
 
+mod common;
+
 use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char, c_int, c_long, c_ulong, c_void};
 use std::io::{ErrorKind, Write};
@@ -107,9 +109,17 @@ fn library() -> &'static CLibrary {
 /// temporary directory, under a name of its own (the tests of both architectures may run at
 /// once), and returns its path.
 fn compile() -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/blocking_calls.c");
+    // Without _FORTIFY_SOURCE (some distributions' compilers define it), which turns calls
+    // into buffers of known size into their `__*_chk` variants: `fortified_library` has those.
+    compile_library("blocking_calls", "-U_FORTIFY_SOURCE")
+}
+
+/// Compiles `tests/c/<name>.c`, with `fortify` (`-U_FORTIFY_SOURCE` or `-D_FORTIFY_SOURCE=2`),
+/// into a shared library as `compile` says.
+fn compile_library(name: &str, fortify: &str) -> PathBuf {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
     let output = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
-        "libblocking_calls-{}-{}.so",
+        "lib{name}-{}-{}.so",
         std::env::consts::ARCH,
         std::process::id()
     ));
@@ -121,17 +131,8 @@ fn compile() -> PathBuf {
         &["cc"]
     };
     for compiler in compilers {
-        // Without _FORTIFY_SOURCE (some distributions' compilers define it), which could turn
-        // a call into its `__*_chk` variant: those are not hooked.
         let status = Command::new(compiler)
-            .args([
-                "-shared",
-                "-fPIC",
-                "-O2",
-                "-U_FORTIFY_SOURCE",
-                "-Wall",
-                "-Werror",
-            ])
+            .args(["-shared", "-fPIC", "-O2", fortify, "-Wall", "-Werror"])
             .arg("-o")
             .arg(&output)
             .arg(&source)
@@ -147,6 +148,45 @@ fn compile() -> PathBuf {
         }
     }
     panic!("no C compiler found (tried {compilers:?})");
+}
+
+/// `long c_fortified_recv(int fd, unsigned long length)`: the first byte received, 0 at end of
+/// stream, or -errno; a length above 16 fails glibc's fortify check.
+type CFortifiedRecv = unsafe extern "C" fn(c_int, c_ulong) -> c_long;
+
+/// `int c_fortified_poll(int fd, unsigned long count, int timeout_ms)`: poll's result, or -errno.
+type CFortifiedPoll = unsafe extern "C" fn(c_int, c_ulong, c_int) -> c_int;
+
+/// `tests/c/fortified_calls.c`, built with `-D_FORTIFY_SOURCE=2`: its calls are `__recv_chk`
+/// and `__poll_chk`.
+fn fortified_library() -> &'static (CFortifiedRecv, CFortifiedPoll) {
+    static LIBRARY: OnceLock<(CFortifiedRecv, CFortifiedPoll)> = OnceLock::new();
+    LIBRARY.get_or_init(|| {
+        let path = compile_library("fortified_calls", "-D_FORTIFY_SOURCE=2");
+        let path_c = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a NUL-terminated path; the library's constructors are the compiler's defaults.
+        let handle = unsafe { libc::dlopen(path_c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+        assert!(
+            !handle.is_null(),
+            "dlopen {}: {}",
+            path.display(),
+            dlerror()
+        );
+        std::fs::remove_file(&path).unwrap();
+        let symbol = |name: &CStr| {
+            // SAFETY: a live handle and a NUL-terminated name.
+            let address = unsafe { libc::dlsym(handle, name.as_ptr()) };
+            assert!(!address.is_null(), "dlsym {name:?}: {}", dlerror());
+            address
+        };
+        // SAFETY: each symbol is a function defined with this C signature in fortified_calls.c.
+        unsafe {
+            (
+                std::mem::transmute::<*mut c_void, CFortifiedRecv>(symbol(c"c_fortified_recv")),
+                std::mem::transmute::<*mut c_void, CFortifiedPoll>(symbol(c"c_fortified_poll")),
+            )
+        }
+    })
 }
 
 /// The dynamic linker's last error message.
@@ -340,4 +380,78 @@ fn a_cancelled_green_threads_c_recv_fails_with_ecanceled_then_rust_code_unwinds(
             "joined: Err(Cancelled)".to_owned()
         ]
     );
+}
+
+#[test]
+fn a_fortified_c_librarys_recv_chk_and_poll_chk_park_only_their_green_thread() {
+    let &(recv, poll) = fortified_library();
+    let events = Rc::new(RefCell::new(Vec::<String>::new()));
+    let log = events.clone();
+    greenweave::run(move || {
+        let (reader_end, mut writer_end) = UnixStream::pair().unwrap();
+        reader_end.set_read_timeout(Some(HANG_GUARD)).unwrap();
+        let reader_log = log.clone();
+        let reader = greenweave::spawn(move || {
+            let fd = reader_end.as_raw_fd();
+            reader_log.borrow_mut().push("C poll called".to_owned());
+            let timeout = HANG_GUARD.as_millis() as c_int;
+            // SAFETY: a live socket; one entry of the C function's array of two.
+            let ready = unsafe { poll(fd, 1, timeout) };
+            reader_log
+                .borrow_mut()
+                .push(format!("C poll returned {ready}"));
+            // SAFETY: a live socket; 1 byte fits the C function's buffer of 16.
+            let first = unsafe { recv(fd, 1) };
+            reader_log
+                .borrow_mut()
+                .push(format!("C recv returned {first}"));
+            reader_log.borrow_mut().push("C recv called".to_owned());
+            // SAFETY: as above.
+            let second = unsafe { recv(fd, 16) };
+            reader_log
+                .borrow_mut()
+                .push(format!("C recv returned {second}"));
+        });
+        while log.borrow().is_empty() {
+            yield_now();
+        }
+        log.borrow_mut().push("writer ran".to_owned());
+        let _ = writer_end.write_all(b"x");
+        while log.borrow().len() < 5 {
+            yield_now();
+        }
+        log.borrow_mut().push("writer ran again".to_owned());
+        let _ = writer_end.write_all(b"y");
+        reader.join().unwrap();
+    });
+    assert_eq!(
+        *events.borrow(),
+        [
+            "C poll called",
+            "writer ran",
+            "C poll returned 1",
+            "C recv returned 120",
+            "C recv called",
+            "writer ran again",
+            "C recv returned 121",
+        ]
+    );
+}
+
+#[test]
+fn a_fortified_recv_longer_than_its_buffer_aborts_as_glibc_reports_it() {
+    let outcome = common::run_in_child(
+        "a_fortified_recv_longer_than_its_buffer_aborts_as_glibc_reports_it",
+        || {
+            let &(recv, _) = fortified_library();
+            greenweave::run(move || {
+                let (reader_end, _writer_end) = UnixStream::pair().unwrap();
+                // SAFETY: 17 bytes do not fit the C function's buffer of 16: the check fails
+                // before anything is written.
+                unsafe { recv(reader_end.as_raw_fd(), 17) };
+            });
+            std::process::exit(0);
+        },
+    );
+    common::assert_aborted_saying(&outcome, "buffer overflow detected");
 }

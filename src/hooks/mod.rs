@@ -40,11 +40,11 @@
 //!
 //! | functions | in a green thread |
 //! |---|---|
-//! | `read`, `write`, `readv`, `writev`, `recv`, `recvfrom`, `recvmsg`, `send`, `sendto`, `sendmsg` | a call that would block parks until the fd is ready, then is made again |
+//! | `read`, `write`, `readv`, `writev`, `recv`, `recvfrom`, `recvmsg`, `send`, `sendto`, `sendmsg` (and the fortified `__read_chk`, `__recv_chk`, `__recvfrom_chk`) | a call that would block parks until the fd is ready, then is made again |
 //! | `connect`, `accept`, `accept4` | started non-blocking; parks until connected (the result from `SO_ERROR`) or a connection comes |
-//! | `poll`, `ppoll`, `select` | parks until one of the fds is ready or the timeout |
+//! | `poll`, `ppoll`, `select` (and `__poll_chk`, `__ppoll_chk`) | parks until one of the fds is ready or the timeout |
 //! | `nanosleep`, `clock_nanosleep` (std's `thread::sleep`), `usleep`, `sleep` | parks on the runtime's timers |
-//! | `getaddrinfo`, `gethostbyname` | runs on another OS thread while the green thread parks |
+//! | `getaddrinfo`, `gethostbyname` | runs on the offload pool while the green thread parks |
 //! | `close` | a green thread parked on the fd wakes with `EBADF`; the fd leaves epoll |
 //! | `socket`, `dup`, `dup2`, `dup3`, `setsockopt`, `fcntl`, `ioctl` | unchanged; they keep track of `O_NONBLOCK` and socket timeouts |
 //!
@@ -85,9 +85,9 @@
 //!   dynamic linker binds a library's calls to the executable's definitions first
 //!   (`tests/hooks_c_library.rs`). Not seen: a binary linked with `-Wl,--exclude-libs,ALL` or a
 //!   version script with `local: *` (they hide the hooks), a library `dlopen`ed with
-//!   `RTLD_DEEPBIND` (it binds to libc first), the `__read_chk`/`__recv_chk`/`__poll_chk`
-//!   calls of a library built with `_FORTIFY_SOURCE` into a buffer of known size, and
-//!   `syscall`. A static (`crt-static`) build does not link with the feature (`getaddrinfo` is
+//!   `RTLD_DEEPBIND` (it binds to libc first), and `syscall`. A library built with
+//!   `_FORTIFY_SOURCE` calls `__read_chk`, `__recv_chk`, `__recvfrom_chk`, `__poll_chk` and
+//!   `__ppoll_chk`: those are hooked too (the size check, then the hook). A static (`crt-static`) build does not link with the feature (`getaddrinfo` is
 //!   defined twice).
 //! - **Signals and ppoll's mask**: a green thread's `ppoll` does not swap the signal mask while
 //!   it parks (the mask is the OS thread's, shared by every green thread).
@@ -96,6 +96,7 @@
 //! [`runtime::Builder`](crate::runtime::Builder).
 
 mod dns;
+mod fortify;
 mod io;
 mod poll;
 mod sleep;
@@ -106,6 +107,11 @@ mod wait;
 /// linked when something refers to it, and the C calls the hooks replace are resolved after the
 /// library's archive has been scanned.
 static HOOKS: Hooks = Hooks([
+    fortify::__read_chk as *const (),
+    fortify::__recv_chk as *const (),
+    fortify::__recvfrom_chk as *const (),
+    fortify::__poll_chk as *const (),
+    fortify::__ppoll_chk as *const (),
     io::read as *const (),
     io::write as *const (),
     io::readv as *const (),
@@ -140,7 +146,7 @@ static HOOKS: Hooks = Hooks([
 
 /// The addresses of the hooks, only ever read by `keep_linked`'s `black_box`.
 #[allow(dead_code)] // read through `black_box`, which the lint does not see
-struct Hooks([*const (); 30]);
+struct Hooks([*const (); 35]);
 
 // SAFETY: the addresses of functions, never dereferenced as data nor changed.
 unsafe impl Sync for Hooks {}
