@@ -161,11 +161,13 @@ impl Reactor {
         // turned into a green one with `from_std`): that registration gives way, or epoll
         // would refuse this one (EEXIST).
         #[cfg(feature = "hooks")]
-        if {
+        {
             let borrowed = self.borrowed.borrow();
-            !borrowed.is_empty() && borrowed.contains_key(&fd)
-        } {
-            self.forget_borrowed(fd);
+            let was_borrowed = !borrowed.is_empty() && borrowed.contains_key(&fd);
+            drop(borrowed);
+            if was_borrowed {
+                self.forget_borrowed(fd);
+            }
         }
         let mut slab = self.slots.borrow_mut();
         let index = match slab.free.pop() {
