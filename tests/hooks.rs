@@ -1364,3 +1364,44 @@ fn std_connect_timeout_in_a_green_thread_leaves_a_blocking_stream_whose_reads_pa
         server.join().unwrap();
     });
 }
+
+/// Parks on `stream` once (a read another green thread satisfies), so that the hooks have
+/// registered its fd with the runtime's reactor.
+fn park_on_once(stream: &mut UnixStream, far: &UnixStream) {
+    let log = Log::default();
+    let writer = spawn_writer(&log, far.try_clone().unwrap());
+    let mut byte = [0; 1];
+    stream.read_exact(&mut byte).unwrap();
+    assert_eq!(log.events(), ["writer ran"], "the read parked");
+    writer.join().unwrap();
+}
+
+#[test]
+fn a_socket_reusing_the_number_of_one_closed_on_another_os_thread_parks_and_wakes_normally() {
+    // In a child process: there, nothing else opens fds, so the new socket gets the number.
+    let outcome = common::run_in_child(
+        "a_socket_reusing_the_number_of_one_closed_on_another_os_thread_parks_and_wakes_normally",
+        || {
+            greenweave::run(|| {
+                let (mut near, far) = UnixStream::pair().unwrap();
+                let fd = near.as_raw_fd();
+                park_on_once(&mut near, &far);
+                // Closed where this runtime cannot see it: on the unblock pool.
+                greenweave::unblock(move || drop(near));
+                let (mut again, far) = UnixStream::pair().unwrap();
+                assert_eq!(
+                    again.as_raw_fd(),
+                    fd,
+                    "the new socket has the closed one's number"
+                );
+                // Bounded, so a lost wake-up fails instead of hanging.
+                again
+                    .set_read_timeout(Some(Duration::from_secs(20)))
+                    .unwrap();
+                park_on_once(&mut again, &far);
+            });
+            std::process::exit(0);
+        },
+    );
+    assert!(outcome.status.success(), "{}", outcome.describe());
+}

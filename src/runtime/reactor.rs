@@ -133,9 +133,10 @@ pub(crate) struct Reactor {
     /// next poll.
     orphaned: RefCell<Vec<(Rc<Task>, u64)>>,
     /// Registrations of fds that no greenweave type owns (the `hooks` feature waits on the
-    /// program's own sockets), by fd; each lives until the fd is closed through `close` or
-    /// the runtime ends.
-    borrowed: RefCell<HashMap<RawFd, Registration>>,
+    /// program's own sockets), by fd, with the fd number's generation when it was registered;
+    /// each lives until the fd is closed through `close`, the number is found of another
+    /// generation, or the runtime ends.
+    borrowed: RefCell<HashMap<RawFd, (Registration, u32)>>,
 }
 
 #[derive(Default)]
@@ -201,14 +202,27 @@ impl Reactor {
     /// # Errors
     /// Those of `epoll_ctl`: `EPERM` for an fd epoll cannot watch (a regular file), `EEXIST`
     /// for one a greenweave type has registered itself.
+    ///
+    /// `generation` names the file the number stands for now (`sys::fd_state::generation`): a
+    /// registration of another generation is of a file closed where this reactor could not see
+    /// it (on another OS thread), which epoll has dropped; it gives way to a new one.
     #[cfg_attr(not(feature = "hooks"), allow(dead_code))]
-    pub(crate) fn register_borrowed(self: &Rc<Self>, fd: RawFd) -> io::Result<Rc<ScheduledIo>> {
-        if let Some(registration) = self.borrowed.borrow().get(&fd) {
+    pub(crate) fn register_borrowed(
+        self: &Rc<Self>,
+        fd: RawFd,
+        generation: u32,
+    ) -> io::Result<Rc<ScheduledIo>> {
+        if let Some((registration, registered)) = self.borrowed.borrow().get(&fd)
+            && *registered == generation
+        {
             return Ok(registration.io.clone());
         }
+        // `register` drops a stale registration of this number first.
         let registration = self.register(fd)?;
         let io = registration.io.clone();
-        self.borrowed.borrow_mut().insert(fd, registration);
+        self.borrowed
+            .borrow_mut()
+            .insert(fd, (registration, generation));
         Ok(io)
     }
 
