@@ -1405,3 +1405,27 @@ fn a_socket_reusing_the_number_of_one_closed_on_another_os_thread_parks_and_wake
     );
     assert!(outcome.status.success(), "{}", outcome.describe());
 }
+
+#[test]
+fn poll_on_the_fd_of_a_green_socket_parks_until_another_green_thread_writes_to_it() {
+    greenweave::run(|| {
+        let (near, mut far) = greenweave::os::unix::net::UnixStream::pair().unwrap();
+        let log = Log::default();
+        let writer = greenweave::spawn({
+            let log = log.clone();
+            move || {
+                log.push("writer ran");
+                far.write_all(b"x").unwrap();
+                far
+            }
+        });
+        let mut entries = pollfds(&[near.as_raw_fd()], libc::POLLIN);
+        // Bounded, so that a poll blocking the OS thread fails instead of hanging.
+        // SAFETY: one live pollfd.
+        let ready = unsafe { libc::poll(entries.as_mut_ptr(), 1, 10_000) };
+        log.push("poll returned");
+        assert_eq!((ready, entries[0].revents), (1, libc::POLLIN));
+        assert_eq!(log.events(), ["writer ran", "poll returned"]);
+        writer.join().unwrap();
+    });
+}

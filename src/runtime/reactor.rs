@@ -199,9 +199,11 @@ impl Reactor {
     /// it the first time. The registration is kept until [`forget_borrowed`](Self::forget_borrowed)
     /// (the program closes the fd) or the runtime ends.
     ///
+    /// An fd a greenweave type has registered itself (epoll says `EEXIST`) is not registered
+    /// again: its owner's readiness is returned.
+    ///
     /// # Errors
-    /// Those of `epoll_ctl`: `EPERM` for an fd epoll cannot watch (a regular file), `EEXIST`
-    /// for one a greenweave type has registered itself.
+    /// Those of `epoll_ctl`: `EPERM` for an fd epoll cannot watch (a regular file).
     ///
     /// `generation` names the file the number stands for now (`sys::fd_state::generation`): a
     /// registration of another generation is of a file closed where this reactor could not see
@@ -218,12 +220,33 @@ impl Reactor {
             return Ok(registration.io.clone());
         }
         // `register` drops a stale registration of this number first.
-        let registration = self.register(fd)?;
+        let registration = match self.register(fd) {
+            Ok(registration) => registration,
+            // A greenweave type registered the fd itself (a green socket's fd handed to
+            // `poll`): wait on its readiness, which its events keep up to date.
+            Err(error) if error.raw_os_error() == Some(libc::EEXIST) => {
+                return self.owned_io(fd).ok_or(error);
+            }
+            Err(error) => return Err(error),
+        };
         let io = registration.io.clone();
         self.borrowed
             .borrow_mut()
             .insert(fd, (registration, generation));
         Ok(io)
+    }
+
+    /// The readiness of `fd` as the greenweave type that registered it keeps it, if one did.
+    /// A scan of every registration: only for a wait on an fd its owner registered, which
+    /// epoll refused to register again.
+    #[cfg_attr(not(feature = "hooks"), allow(dead_code))]
+    fn owned_io(&self, fd: RawFd) -> Option<Rc<ScheduledIo>> {
+        self.slots
+            .borrow()
+            .entries
+            .iter()
+            .filter_map(|(_, io)| io.as_ref()?.upgrade())
+            .find(|io| io.fd == fd && !io.is_closed())
     }
 
     /// Drops the registration of a borrowed fd that is about to be closed: the fd leaves epoll
