@@ -1429,3 +1429,70 @@ fn poll_on_the_fd_of_a_green_socket_parks_until_another_green_thread_writes_to_i
         writer.join().unwrap();
     });
 }
+
+#[test]
+fn poll_for_pollout_on_a_full_socket_parks_until_another_green_thread_drains_it() {
+    greenweave::run(|| {
+        let (mut near, mut far) = UnixStream::pair().unwrap();
+        let written = fill_send_buffer(&mut near);
+        let log = Log::default();
+        let drainer = greenweave::spawn({
+            let log = log.clone();
+            move || {
+                log.push("drainer ran");
+                let mut buffer = vec![0; written];
+                far.read_exact(&mut buffer).unwrap();
+                far
+            }
+        });
+        let mut entries = pollfds(&[near.as_raw_fd()], libc::POLLOUT);
+        // SAFETY: one live pollfd.
+        let ready = unsafe { libc::poll(entries.as_mut_ptr(), 1, -1) };
+        log.push("poll returned");
+        assert_eq!((ready, entries[0].revents), (1, libc::POLLOUT));
+        assert_eq!(log.events(), ["drainer ran", "poll returned"]);
+        drainer.join().unwrap();
+    });
+}
+
+#[test]
+fn a_std_pipe_read_in_a_green_thread_parks_until_another_writes() {
+    greenweave::run(|| {
+        let (mut reader, writer) = std::io::pipe().unwrap();
+        let log = Log::default();
+        let writing = greenweave::spawn({
+            let log = log.clone();
+            move || {
+                log.push("writer ran");
+                let mut writer = writer;
+                writer.write_all(b"piped").unwrap();
+            }
+        });
+        let mut received = String::new();
+        reader.read_to_string(&mut received).unwrap();
+        log.push("read to the end");
+        assert_eq!(received, "piped");
+        assert_eq!(log.events(), ["writer ran", "read to the end"]);
+        writing.join().unwrap();
+    });
+}
+
+#[test]
+fn runtime_shutdown_completes_with_a_green_thread_looping_on_std_sleep() {
+    // Its cancellation cannot unwind through the hooked sleep, and the loop never parks in
+    // Rust code: shutdown gives up on it after its deliveries rather than spin for ever.
+    let loops = Rc::new(Cell::new(0u64));
+    greenweave::run({
+        let loops = loops.clone();
+        move || {
+            greenweave::spawn(move || {
+                loop {
+                    std::thread::sleep(Duration::from_secs(3600));
+                    loops.set(loops.get() + 1);
+                }
+            });
+            greenweave::thread::yield_now();
+        }
+    });
+    assert!(loops.get() > 0, "the sleeps were cut short");
+}
