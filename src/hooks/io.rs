@@ -573,6 +573,7 @@ pub unsafe extern "C" fn dup(old: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     if old != new {
+        fd_state::forget(new);
         forget_registration(new);
     }
     // SAFETY: no memory preconditions.
@@ -590,6 +591,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     if old != new {
+        fd_state::forget(new);
         forget_registration(new);
     }
     // SAFETY: no memory preconditions.

@@ -70,9 +70,14 @@ fn park(
     }
 }
 
-/// The readiness of `fd` in the running runtime's reactor (registered on first use).
+/// The readiness of `fd` in the running runtime's reactor (registered on first use, and again
+/// once the number names another file).
 fn registered(what: &'static str, fd: RawFd) -> Option<Rc<ScheduledIo>> {
-    with_scheduler(what, |scheduler| scheduler.reactor.register_borrowed(fd)).ok()
+    let generation = crate::sys::fd_state::generation(fd);
+    with_scheduler(what, |scheduler| {
+        scheduler.reactor.register_borrowed(fd, generation)
+    })
+    .ok()
 }
 
 /// Parks the calling green thread until `fd` is ready in `interest`'s direction, after a call

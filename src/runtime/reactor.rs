@@ -133,9 +133,10 @@ pub(crate) struct Reactor {
     /// next poll.
     orphaned: RefCell<Vec<(Rc<Task>, u64)>>,
     /// Registrations of fds that no greenweave type owns (the `hooks` feature waits on the
-    /// program's own sockets), by fd; each lives until the fd is closed through `close` or
-    /// the runtime ends.
-    borrowed: RefCell<HashMap<RawFd, Registration>>,
+    /// program's own sockets), by fd, with the fd number's generation when it was registered;
+    /// each lives until the fd is closed through `close`, the number is found of another
+    /// generation, or the runtime ends.
+    borrowed: RefCell<HashMap<RawFd, (Registration, u32)>>,
 }
 
 #[derive(Default)]
@@ -203,18 +204,54 @@ impl Reactor {
     /// it the first time. The registration is kept until [`forget_borrowed`](Self::forget_borrowed)
     /// (the program closes the fd) or the runtime ends.
     ///
+    /// An fd a greenweave type has registered itself (epoll says `EEXIST`) is not registered
+    /// again: its owner's readiness is returned.
+    ///
     /// # Errors
-    /// Those of `epoll_ctl`: `EPERM` for an fd epoll cannot watch (a regular file), `EEXIST`
-    /// for one a greenweave type has registered itself.
+    /// Those of `epoll_ctl`: `EPERM` for an fd epoll cannot watch (a regular file).
+    ///
+    /// `generation` names the file the number stands for now (`sys::fd_state::generation`): a
+    /// registration of another generation is of a file closed where this reactor could not see
+    /// it (on another OS thread), which epoll has dropped; it gives way to a new one.
     #[cfg_attr(not(feature = "hooks"), allow(dead_code))]
-    pub(crate) fn register_borrowed(self: &Rc<Self>, fd: RawFd) -> io::Result<Rc<ScheduledIo>> {
-        if let Some(registration) = self.borrowed.borrow().get(&fd) {
+    pub(crate) fn register_borrowed(
+        self: &Rc<Self>,
+        fd: RawFd,
+        generation: u32,
+    ) -> io::Result<Rc<ScheduledIo>> {
+        if let Some((registration, registered)) = self.borrowed.borrow().get(&fd)
+            && *registered == generation
+        {
             return Ok(registration.io.clone());
         }
-        let registration = self.register(fd)?;
+        // `register` drops a stale registration of this number first.
+        let registration = match self.register(fd) {
+            Ok(registration) => registration,
+            // A greenweave type registered the fd itself (a green socket's fd handed to
+            // `poll`): wait on its readiness, which its events keep up to date.
+            Err(error) if error.raw_os_error() == Some(libc::EEXIST) => {
+                return self.owned_io(fd).ok_or(error);
+            }
+            Err(error) => return Err(error),
+        };
         let io = registration.io.clone();
-        self.borrowed.borrow_mut().insert(fd, registration);
+        self.borrowed
+            .borrow_mut()
+            .insert(fd, (registration, generation));
         Ok(io)
+    }
+
+    /// The readiness of `fd` as the greenweave type that registered it keeps it, if one did.
+    /// A scan of every registration: only for a wait on an fd its owner registered, which
+    /// epoll refused to register again.
+    #[cfg_attr(not(feature = "hooks"), allow(dead_code))]
+    fn owned_io(&self, fd: RawFd) -> Option<Rc<ScheduledIo>> {
+        self.slots
+            .borrow()
+            .entries
+            .iter()
+            .filter_map(|(_, io)| io.as_ref()?.upgrade())
+            .find(|io| io.fd == fd && !io.is_closed())
     }
 
     /// Drops the registration of a borrowed fd that is about to be closed: the fd leaves epoll

@@ -15,11 +15,17 @@
 //! shares: an fd that has been duplicated is marked shared, and for it the flag and the
 //! timeouts are asked of the kernel each time they are needed.
 //!
+//! Next to the byte, each fd number has a generation ([`generation`]), counted up whenever an
+//! fd of that number is closed or replaced through the hooks, on any OS thread. A runtime's
+//! reactor keeps the registrations the hooks make by fd number; the generation tells it that
+//! the number now names another file, even when the old one was closed on a thread that does
+//! not run that runtime (where `close` cannot reach its reactor).
+//!
 //! What the cache cannot see: an fd closed, or its flags changed, by a raw system call or by
 //! a shared library that does not reach the hooks (see the `hooks` module's limits).
 
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, Ordering};
 use std::time::Duration;
 
 use super::real;
@@ -43,17 +49,34 @@ const CHUNKS: usize = 1024;
 static TABLE: [AtomicPtr<[AtomicU8; CHUNK]>; CHUNKS] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; CHUNKS];
 
+/// The generations, laid out as `TABLE`.
+static GENERATIONS: [AtomicPtr<[AtomicU32; CHUNK]>; CHUNKS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; CHUNKS];
+
 /// The byte of `fd`, if it has one (allocating its chunk when `create`).
 fn slot(fd: RawFd, create: bool) -> Option<&'static AtomicU8> {
+    slot_in(&TABLE, fd, create, || {
+        Box::new([const { AtomicU8::new(0) }; CHUNK])
+    })
+}
+
+/// The entry of `fd` in `table`, if it has one (allocating its chunk with `fresh` when
+/// `create`).
+fn slot_in<T>(
+    table: &'static [AtomicPtr<[T; CHUNK]>; CHUNKS],
+    fd: RawFd,
+    create: bool,
+    fresh: fn() -> Box<[T; CHUNK]>,
+) -> Option<&'static T> {
     let fd = usize::try_from(fd).ok()?;
     let (chunk, index) = (fd / CHUNK, fd % CHUNK);
-    let table = TABLE.get(chunk)?;
+    let table = table.get(chunk)?;
     let mut pointer = table.load(Ordering::Acquire);
     if pointer.is_null() {
         if !create {
             return None;
         }
-        let fresh = Box::into_raw(Box::new([const { AtomicU8::new(0) }; CHUNK]));
+        let fresh = Box::into_raw(fresh());
         pointer = match table.compare_exchange(
             std::ptr::null_mut(),
             fresh,
@@ -108,9 +131,25 @@ pub(crate) fn set_timeout(fd: RawFd, send: bool, set: bool) {
 }
 
 /// `fd` is closed, or is about to be replaced (`dup2`, `dup3`): nothing is known of the next fd
-/// with that number.
+/// with that number, which is of a new generation.
 pub(crate) fn forget(fd: RawFd) {
     store(fd, 0);
+    let generation = slot_in(&GENERATIONS, fd, true, || {
+        Box::new([const { AtomicU32::new(0) }; CHUNK])
+    });
+    if let Some(generation) = generation {
+        // Release, paired with `generation`'s Acquire: made before libc's close, whose return
+        // the kernel orders before the number can be handed out again.
+        generation.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// How many times an fd numbered `fd` has been closed or replaced through the hooks (wrapping):
+/// a registration made under one generation is stale under another. Fds above the table's
+/// range always read 0.
+pub(crate) fn generation(fd: RawFd) -> u32 {
+    slot_in(&GENERATIONS, fd, false, || unreachable!("not created"))
+        .map_or(0, |generation| generation.load(Ordering::Acquire))
 }
 
 /// `old` was duplicated into `new`: both share one open file description.
