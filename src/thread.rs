@@ -368,6 +368,13 @@ impl<T> JoinHandle<T> {
     /// return at once, and an untimed wait (a lock, a join) panics, which aborts, as does a
     /// destructor that panics during the unwind (Rust's rule for any unwind).
     ///
+    /// With the `hooks` feature, a green thread parked in a hooked libc call (std's sockets
+    /// and sleep, a blocking client crate) cannot unwind through C frames: the call fails with
+    /// `ECANCELED` (a sleep ends early) and the unwind comes at its next park in Rust code. A
+    /// body that returns without parking again returns its value (typically the error), which
+    /// [`join`](JoinHandle::join) gives as `Ok`; a loop that ignores those errors and never
+    /// parks in Rust code is not stopped (see [`hooks`](crate::hooks), "Cancellation").
+    ///
     /// Does nothing once the green thread has finished, which includes every green thread of a
     /// runtime that has ended (a handle used in a later runtime, or outside any).
     pub fn cancel(&self) {

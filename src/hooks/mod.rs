@@ -63,6 +63,19 @@
 //!   cancellation or timeout is raised at the green thread's next park in Rust code. An
 //!   `extern "C"` function cannot unwind, and an `EINTR` would be retried.
 //!
+//! # Cancellation
+//!
+//! A Rust unwind cannot cross the C frames between a hook and the Rust code that called libc
+//! (std's own, or a C library's), so a cancellation (`JoinHandle::cancel`, the runtime's
+//! shutdown) reaches code parked in a hook as an error: `ECANCELED` from I/O calls, an early
+//! end of a sleep. The cancellation stays requested and unwinds the green thread at its next
+//! park in Rust code (a greenweave channel, lock, sleep or socket), as it does for any green
+//! thread. Code that returns on errors (`?`, `unwrap`) therefore ends promptly; a body that
+//! returns a value without parking again ends with that value; a loop that ignores errors and
+//! parks only in hooked calls (`loop { std::thread::sleep(..) }`) cannot be stopped, and the
+//! runtime's shutdown gives up on it after 64 deliveries (its stack is leaked, with a line on
+//! stderr), as for a body that keeps catching the unwind.
+//!
 //! When the data is ready, a hooked call costs a branch and a table lookup beyond libc's: no
 //! extra system call (the would-block path adds the `epoll` registration of a new fd, once).
 //!

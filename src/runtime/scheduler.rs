@@ -774,7 +774,8 @@ fn report_abandoned(task: &Task) {
         "greenweave: green thread {} caught its cancellation {SHUTDOWN_DELIVERIES} times while \
          the runtime was shutting down; it was stopped where it stood and its stack leaked \
          (catch_unwind in a loop must let greenweave's cancellation through: re-raise payloads \
-         you do not recognise with std::panic::resume_unwind)",
+         you do not recognise with std::panic::resume_unwind; with the hooks feature, a loop of \
+         hooked libc calls must stop on their ECANCELED errors)",
         task.describe()
     );
 }
