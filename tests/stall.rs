@@ -142,6 +142,32 @@ fn a_stall_that_ends_with_the_green_thread_finishing_says_so() {
 }
 
 #[test]
+fn a_stall_is_reported_while_the_runtime_thread_holds_the_stderr_lock() {
+    let outcome = run_in_child(
+        "a_stall_is_reported_while_the_runtime_thread_holds_the_stderr_lock",
+        || {
+            // std's stderr lock is reentrant: the green threads (on this OS thread) can still
+            // print, and the watchdog must not wait for it.
+            let stderr = std::io::stderr().lock();
+            Runtime::builder()
+                .stall_report(Duration::from_millis(50))
+                .build()
+                .expect("a runtime")
+                .run(stuck_then_parks);
+            drop(stderr);
+            std::process::exit(0);
+        },
+    );
+    assert_exited_cleanly(&outcome);
+    assert!(
+        outcome.stderr.contains("green thread 'stuck'"),
+        "the report should name the stuck green thread\n{}",
+        outcome.describe()
+    );
+    assert_eq!(report_lines(&outcome), 1, "{}", outcome.describe());
+}
+
+#[test]
 fn a_green_thread_blocked_on_a_std_mutex_is_reported() {
     let outcome = run_in_child("a_green_thread_blocked_on_a_std_mutex_is_reported", || {
         run_and_exit(Some(Duration::from_millis(50)), || {

@@ -313,8 +313,13 @@ fn read_running(shared: &Shared) -> Option<(u64, u64)> {
 }
 
 /// Reports the stall of green thread `id`, running since switch number `switch`, which the
-/// watchdog first saw at `since`. Marks it reported first, under stderr's lock, so that the
-/// green thread's own line about the stall's end (which takes the same lock) comes after.
+/// watchdog first saw at `since`, then marks it reported, so that the green thread's own line
+/// about the stall's end (printed once it sees the mark) comes after this one.
+///
+/// One `write(2)` of the whole line, without std's stderr lock: the runtime's thread may hold
+/// that lock (it may even be what it is stuck in), and the runtime joins this thread when it
+/// ends. If the green thread parks between the look that found the stall and the mark, the
+/// line about its end is not printed.
 fn report_stall(shared: &Shared, switch: u64, id: u64, since: Instant, now: Instant) {
     let name = {
         let published = shared.name.lock().unwrap_or_else(PoisonError::into_inner);
@@ -325,20 +330,38 @@ fn report_stall(shared: &Shared, switch: u64, id: u64, since: Instant, now: Inst
         }
         published.describe()
     };
-    let mut stderr = io::stderr().lock();
+    let line = format!(
+        "greenweave: green thread {name} has run for at least {} ms without parking; a \
+         blocking call (std::sync lock, file I/O, a raw syscall, a CPU-bound loop) is holding \
+         up every green thread on this OS thread\n",
+        now.duration_since(since).as_millis()
+    );
+    write_to_stderr(line.as_bytes());
     let since_epoch = since.saturating_duration_since(shared.epoch).as_nanos();
     shared.reported_since.store(
         u64::try_from(since_epoch).unwrap_or(u64::MAX),
         Ordering::Relaxed,
     );
     shared.reported.store(switch, Ordering::Release);
-    let _ = writeln!(
-        stderr,
-        "greenweave: green thread {name} has run for at least {} ms without parking; a \
-         blocking call (std::sync lock, file I/O, a raw syscall, a CPU-bound loop) is holding \
-         up every green thread on this OS thread",
-        now.duration_since(since).as_millis()
-    );
+}
+
+/// Writes `bytes` to fd 2 with libc's `write` (not the hooks', though this thread is not a
+/// green thread anyway), retrying a short write; errors are ignored, as a report has nowhere
+/// else to go.
+fn write_to_stderr(mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        // SAFETY: the buffer is valid for its length; write(2) on a closed or bad fd fails
+        // with an error, which ends the loop.
+        let written = unsafe {
+            crate::sys::real::write(libc::STDERR_FILENO, bytes.as_ptr().cast(), bytes.len())
+        };
+        match usize::try_from(written) {
+            Ok(0) => return,
+            Ok(written) => bytes = &bytes[written.min(bytes.len())..],
+            Err(_) if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
 }
 
 #[cfg(test)]
