@@ -4,8 +4,9 @@
 //! Layout: `scheduler` (ready queue, the loop, `park`, deadlock detection, shutdown), `task`
 //! (a green thread as the scheduler sees it), `timer` (deadline heap), `reactor` (epoll and
 //! per-fd readiness), `offload` (running a blocking call on another OS thread while the green
-//! thread parks). The public face is [`run`], [`Runtime`] and [`Builder`]; green threads
-//! themselves are in [`crate::thread`], sockets in [`crate::net`].
+//! thread parks), `stall` (the stall report's watchdog, see [`Builder::stall_report`]). The
+//! public face is [`run`], [`Runtime`] and [`Builder`]; green threads themselves are in
+//! [`crate::thread`], sockets in [`crate::net`].
 
 pub mod offload;
 pub(crate) mod reactor;
