@@ -117,6 +117,27 @@ fn a_reported_stall_is_followed_by_a_backtrace_of_the_park_that_ended_it() {
 }
 
 #[test]
+fn an_unnamed_green_thread_is_reported_by_its_id() {
+    let outcome = run_in_child("an_unnamed_green_thread_is_reported_by_its_id", || {
+        run_and_exit(Some(Duration::from_millis(50)), || {
+            // Green thread 1 is main, named "main"; this one is 2.
+            greenweave::spawn(|| block_the_os_thread_for(Duration::from_millis(500)))
+                .join()
+                .unwrap();
+        })
+    });
+    assert_exited_cleanly(&outcome);
+    assert!(
+        outcome
+            .stderr
+            .contains("greenweave: green thread <unnamed> (id 2) has run for at least"),
+        "the report should name the green thread by its id\n{}",
+        outcome.describe()
+    );
+    assert_eq!(report_lines(&outcome), 1, "{}", outcome.describe());
+}
+
+#[test]
 fn a_stall_that_ends_with_the_green_thread_finishing_says_so() {
     let outcome = run_in_child(
         "a_stall_that_ends_with_the_green_thread_finishing_says_so",

@@ -16,6 +16,9 @@
 //! How a stall is seen. On every switch into a green thread the scheduler bumps a switch
 //! number and publishes the green thread's id beside it (a seqlock: the number is odd while the
 //! id is being written), and before it blocks in `epoll_wait` it publishes id 0 (nobody runs).
+//! A named green thread's name is copied under a lock when it is not the last one copied; an
+//! unnamed one only sets a bit beside its id, so a switch between unnamed green threads takes
+//! no lock.
 //! The watchdog wakes every half threshold; a switch number it sees unchanged, with a green
 //! thread running, for at least the threshold since it first saw it, is a stall: it prints one
 //! line at once (the runtime's own thread is stuck, so only another thread can say so in time)
@@ -72,11 +75,11 @@ struct Shared {
     /// The seqlock over `running`: bumped by two on every switch into a green thread and
     /// whenever the scheduler is about to wait for events; odd while `running` is rewritten.
     switch: AtomicU64,
-    /// The id of the green thread the scheduler switched into at `switch`; 0 while the
-    /// scheduler waits for events (no green thread has id 0).
+    /// The id of the green thread the scheduler switched into at `switch`, with [`NAMED`] set
+    /// if it has a name; 0 while the scheduler waits for events (no green thread has id 0).
     running: AtomicU64,
-    /// The name of the green thread with that id (published only when the id changes, before
-    /// the switch number that names it).
+    /// The name of the last named green thread switched into (published, when it changes,
+    /// before the switch number that names it).
     name: Mutex<PublishedName>,
     /// The switch number of the last stall the watchdog reported (0: none yet).
     reported: AtomicU64,
@@ -89,23 +92,16 @@ struct Shared {
     wake: Condvar,
 }
 
-/// The running green thread's id and name, copied for the watchdog.
+/// The bit of `Shared::running` that says the green thread has a name (ids count up from 1
+/// and never reach it).
+const NAMED: u64 = 1 << 63;
+
+/// A named green thread's id and name, copied for the watchdog.
 #[derive(Default)]
 struct PublishedName {
     id: u64,
-    /// The name, if the green thread has one (the buffer is reused from one to the next).
+    /// The buffer is reused from one name to the next.
     name: String,
-    named: bool,
-}
-
-impl PublishedName {
-    /// How the reports name the green thread, as `Task::describe` does.
-    fn describe(&self) -> String {
-        match self.named {
-            true => format!("'{}' (id {})", self.name, self.id),
-            false => format!("<unnamed> (id {})", self.id),
-        }
-    }
 }
 
 /// The runtime's side of the stall report, held by the scheduler while the report is on; its
@@ -115,7 +111,7 @@ pub(crate) struct StallWatch {
     watchdog: Option<thread::JoinHandle<()>>,
     /// The last switch number published (even), the runtime thread's own copy.
     switch: Cell<u64>,
-    /// The id whose name is published.
+    /// The id whose name is published (0: none yet).
     named: Cell<u64>,
     /// The last reported switch whose end was printed, so a park made while printing it (a
     /// hooked write to a full pipe) does not print it again.
@@ -157,10 +153,14 @@ impl StallWatch {
     /// naming `task`.
     #[inline]
     pub(crate) fn entering(&self, task: &Task) {
+        let Some(name) = &task.name else {
+            self.publish(task.id);
+            return;
+        };
         if self.named.get() != task.id {
-            self.publish_name(task);
+            self.publish_name(task.id, name);
         }
-        self.publish(task.id);
+        self.publish(task.id | NAMED);
     }
 
     /// Called by the scheduler before it blocks waiting for events: nobody runs.
@@ -168,7 +168,8 @@ impl StallWatch {
         self.publish(0);
     }
 
-    /// The seqlock's write side (the runtime's thread is the only writer).
+    /// The seqlock's write side (the runtime's thread is the only writer): `running` becomes
+    /// `id` (with its `NAMED` bit), at a new switch number.
     #[inline]
     fn publish(&self, id: u64) {
         let switch = self.switch.get() + 2;
@@ -179,22 +180,20 @@ impl StallWatch {
         self.shared.switch.store(switch, Ordering::Release);
     }
 
-    /// Copies `task`'s id and name where the watchdog can read them. Before the switch number
-    /// that names the task is published, so a watchdog that sees the number sees the name.
+    /// Copies a named green thread's id and name where the watchdog can read them. Before the
+    /// switch number that names the task is published, so a watchdog that sees the number
+    /// sees the name.
     #[inline(never)]
-    fn publish_name(&self, task: &Task) {
+    fn publish_name(&self, id: u64, name: &str) {
         let mut published = self
             .shared
             .name
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        published.id = task.id;
+        published.id = id;
         published.name.clear();
-        published.named = task.name.is_some();
-        if let Some(name) = &task.name {
-            published.name.push_str(name);
-        }
-        self.named.set(task.id);
+        published.name.push_str(name);
+        self.named.set(id);
     }
 
     /// Called on the running green thread's stack before it parks or yields: if the watchdog
@@ -312,7 +311,7 @@ fn read_running(shared: &Shared) -> Option<(u64, u64)> {
     (before == after && before.is_multiple_of(2) && id != 0).then_some((before, id))
 }
 
-/// Reports the stall of green thread `id`, running since switch number `switch`, which the
+/// Reports the stall of green thread `id` (with its `NAMED` bit), running since switch number `switch`, which the
 /// watchdog first saw at `since`, then marks it reported, so that the green thread's own line
 /// about the stall's end (printed once it sees the mark) comes after this one.
 ///
@@ -321,14 +320,18 @@ fn read_running(shared: &Shared) -> Option<(u64, u64)> {
 /// ends. If the green thread parks between the look that found the stall and the mark, the
 /// line about its end is not printed.
 fn report_stall(shared: &Shared, switch: u64, id: u64, since: Instant, now: Instant) {
-    let name = {
+    // As `Task::describe` names a green thread.
+    let name = if id & NAMED == 0 {
+        format!("<unnamed> (id {id})")
+    } else {
+        let id = id & !NAMED;
         let published = shared.name.lock().unwrap_or_else(PoisonError::into_inner);
         // Published before `switch` was; another id means the green thread has already
-        // parked and another runs: no stall to report any more.
+        // parked and another named one runs: no stall to report any more.
         if published.id != id {
             return;
         }
-        published.describe()
+        format!("'{}' (id {id})", published.name)
     };
     let line = format!(
         "greenweave: green thread {name} has run for at least {} ms without parking; a \
