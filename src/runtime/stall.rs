@@ -18,14 +18,15 @@
 //! id is being written), and before it blocks in `epoll_wait` it publishes id 0 (nobody runs).
 //! A named green thread's name is copied under a lock when it is not the last one copied; an
 //! unnamed one only sets a bit beside its id, so a switch between unnamed green threads takes
-//! no lock.
-//! The watchdog wakes every half threshold; a switch number it sees unchanged, with a green
+//! no lock. The watchdog wakes every half threshold; a switch number it sees unchanged, with a green
 //! thread running, for at least the threshold since it first saw it, is a stall: it prints one
 //! line at once (the runtime's own thread is stuck, so only another thread can say so in time)
 //! and records which switch it reported. When that green thread next parks, it finds its switch
 //! reported and prints a second line with how long the stall lasted and a backtrace of the
 //! park, which points just past the blocking call. Durations are lower bounds: the watchdog
 //! knows when it first saw the switch, not when it happened (at most half a threshold before).
+//! The watchdog writes its line with one `write(2)`, never through std's stderr lock, which
+//! the stuck thread may hold.
 
 use std::backtrace::Backtrace;
 use std::cell::Cell;
@@ -40,7 +41,7 @@ use super::task::Task;
 
 /// The environment variable that sets the threshold, in milliseconds, when a runtime starts
 /// (`0` turns the report off); it takes precedence over `Builder::stall_report`.
-pub(crate) const ENV_VAR: &str = "GREENWEAVE_STALL_REPORT_MS";
+const ENV_VAR: &str = "GREENWEAVE_STALL_REPORT_MS";
 
 /// The shortest time between two looks of the watchdog, whatever the threshold.
 const MIN_PERIOD: Duration = Duration::from_millis(1);
