@@ -105,8 +105,9 @@
 //! - **Signals and ppoll's mask**: a green thread's `ppoll` does not swap the signal mask while
 //!   it parks (the mask is the OS thread's, shared by every green thread).
 //!
-//! To find blocking calls the hooks do not cover, see the stall report of
-//! [`runtime::Builder`](crate::runtime::Builder).
+//! To find blocking calls the hooks do not cover, turn on the stall report:
+//! [`runtime::Builder::stall_report`](crate::runtime::Builder::stall_report), or the
+//! environment variable `GREENWEAVE_STALL_REPORT_MS`.
 
 mod dns;
 mod fortify;

@@ -26,6 +26,7 @@ use crate::stack::Stack;
 use crate::sys::eventfd::EventFd;
 
 use super::reactor::{Reactor, ScheduledIo};
+use super::stall::StallWatch;
 use super::task::{ParkRequest, Suspend, Task, TaskCoroutine, TaskKey, TaskState, Wait, Wake};
 
 /// How many finished tasks the scheduler keeps for reuse by later spawns.
@@ -95,6 +96,8 @@ pub(crate) struct Scheduler {
     /// Unfinished tasks that caught their cancellation `SHUTDOWN_DELIVERIES` times.
     stubborn_tasks: Cell<usize>,
     pub(crate) default_stack_size: usize,
+    /// The stall report's side of the runtime, while it is on (see `runtime::stall`).
+    stall: Option<StallWatch>,
 }
 
 /// The runnable tasks, in FIFO order.
@@ -354,7 +357,12 @@ impl Drop for EnterGuard {
 }
 
 impl Scheduler {
-    pub(crate) fn new(default_stack_size: usize) -> io::Result<Rc<Scheduler>> {
+    /// A scheduler whose green threads get `default_stack_size` stacks by default, with a
+    /// stall report for runs of `stall_report` or longer if given.
+    pub(crate) fn new(
+        default_stack_size: usize,
+        stall_report: Option<Duration>,
+    ) -> io::Result<Rc<Scheduler>> {
         #[cfg(feature = "hooks")]
         crate::hooks::keep_linked();
         let reactor = Rc::new(Reactor::new()?);
@@ -365,6 +373,7 @@ impl Scheduler {
             queued: AtomicBool::new(false),
         });
         reactor.register_remote(std::os::fd::AsRawFd::as_raw_fd(&remote.eventfd))?;
+        let stall = stall_report.map(StallWatch::start).transpose()?;
         Ok(Rc::new(Scheduler {
             reactor,
             remote,
@@ -378,6 +387,7 @@ impl Scheduler {
             runs_since_poll: Cell::new(0),
             stubborn_tasks: Cell::new(0),
             default_stack_size,
+            stall,
         }))
     }
 
@@ -481,6 +491,21 @@ impl Scheduler {
         unsafe { (*self.current_task_ref()).key() }
     }
 
+    /// Whether the stall report is on: the one test its hooks cost the scheduler's paths
+    /// while it is off (each hook's work is out of line).
+    #[inline(always)]
+    fn watches_stalls(&self) -> bool {
+        self.stall.is_some()
+    }
+
+    /// The stall report's part of a switch into `task`.
+    #[inline(never)]
+    fn stall_entering(&self, task: &Task) {
+        if let Some(watch) = &self.stall {
+            watch.entering(task);
+        }
+    }
+
     /// The running task, without counting a reference: valid until it next parks (it stays
     /// alive at least until then, held by `run_task`).
     #[inline]
@@ -564,6 +589,9 @@ impl Scheduler {
                     OnDeadlock::Stop => return false,
                 }
             }
+            if let Some(watch) = &self.stall {
+                watch.idle();
+            }
             self.poll(timeout);
             self.fire_timers();
         }
@@ -572,6 +600,9 @@ impl Scheduler {
     fn run_task(&self, task: Rc<Task>) {
         task.state.set(TaskState::Running);
         let wake = task.wake.replace(Wake::Notified);
+        if self.watches_stalls() {
+            self.stall_entering(&task);
+        }
         self.current.set(Rc::as_ptr(&task));
         let outcome = {
             let mut coroutine = task.coroutine.borrow_mut();
@@ -617,6 +648,9 @@ impl Scheduler {
         if task.is_stubborn() {
             self.stubborn_tasks.set(self.stubborn_tasks.get() - 1);
         }
+        if self.watches_stalls() {
+            self.stall_finished(&task);
+        }
         // Dropping the finished coroutine returns its stack to the pool now, not when the last
         // JoinHandle goes.
         drop(task.coroutine.borrow_mut().take());
@@ -626,6 +660,28 @@ impl Scheduler {
         }
         // A detached task's last reference is this one.
         self.recycle(&task);
+    }
+
+    /// The stall report's part of a park or a yield of the running green thread `task`, on its
+    /// stack (so that a reported stall's end can show a backtrace of the park). Nothing while
+    /// it unwinds: such a park does not switch, and the stall goes on.
+    #[inline(never)]
+    fn stall_parking(&self, task: *const Task) {
+        if let Some(watch) = &self.stall
+            && !std::thread::panicking()
+        {
+            // SAFETY: `task` is the running task, which `run_task` keeps alive until it
+            // suspends, after this.
+            watch.parking(unsafe { &*task });
+        }
+    }
+
+    /// The stall report's part of `task`'s end.
+    #[inline(never)]
+    fn stall_finished(&self, task: &Task) {
+        if let Some(watch) = &self.stall {
+            watch.finished(task);
+        }
     }
 
     fn fire_timers(&self) {
@@ -784,9 +840,11 @@ fn report_abandoned(task: &Task) {
 /// remaining green threads, and returns what `main` returned (or re-raises its panic).
 pub(crate) fn run_main<T: 'static>(
     default_stack_size: usize,
+    stall_report: Option<Duration>,
     main: impl FnOnce() -> T + 'static,
 ) -> T {
-    let scheduler = Scheduler::new(default_stack_size)
+    let stall_report = super::stall::threshold(stall_report);
+    let scheduler = Scheduler::new(default_stack_size, stall_report)
         .unwrap_or_else(|error| panic!("greenweave: could not start a runtime: {error}"));
     let _entered = scheduler.enter();
     let stack = Stack::new(default_stack_size)
@@ -850,7 +908,15 @@ pub(crate) fn park(
     mut register: impl FnMut(&Rc<Task>, u64),
 ) -> Wake {
     let io = io.as_deref();
-    let task = with_scheduler(what, |scheduler| scheduler.current_task_ref());
+    // The stall report looks first, before anything of this park is registered: printing a
+    // stall's end may itself park (a hooked write to a full pipe).
+    let task = with_scheduler(what, |scheduler| {
+        let task = scheduler.current_task_ref();
+        if scheduler.watches_stalls() {
+            scheduler.stall_parking(task);
+        }
+        task
+    });
     if std::thread::panicking() {
         return wait_while_unwinding(what, wait, deadline);
     }
@@ -933,7 +999,13 @@ fn wait_while_unwinding(what: &str, wait: Wait, deadline: Option<Instant>) -> Wa
 /// trip with this function out of line against 18 ns inlined.
 #[inline(always)]
 pub(crate) fn yield_now(what: &str) {
-    let task = with_scheduler(what, |scheduler| scheduler.current_task_ref());
+    let task = with_scheduler(what, |scheduler| {
+        let task = scheduler.current_task_ref();
+        if scheduler.watches_stalls() {
+            scheduler.stall_parking(task);
+        }
+        task
+    });
     // A green thread never switches while it unwinds (see `wait_while_unwinding`); a yield has
     // nothing to report, so it simply does not happen.
     if std::thread::panicking() {
