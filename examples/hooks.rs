@@ -9,6 +9,10 @@
 //! any call blocked the OS thread. No line of this file differs from what one would write for
 //! OS threads, but `greenweave::run` and `greenweave::spawn`.
 //!
+//! Hence `required-features = ["hooks"]`: without the feature, `ureq`'s calls would block the OS
+//! thread and the ticker's sleep would never yield, so the ticker, once running, would keep the
+//! OS thread for ever and the program would not finish.
+//!
 //! ```sh
 //! cargo run --release --features hooks --example hooks
 //! cargo run --release --features hooks --example hooks -- --clients 100 --requests 50
