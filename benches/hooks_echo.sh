@@ -129,7 +129,9 @@ start_server() {
   local log=$work/server.log
   "${pin_server[@]}" "$work/$1" --addr 127.0.0.1:0 >"$log" 2>&1 &
   server_pid=$!
-  wait_for_line "$log" "listening on" "$server_pid" || die "$1 did not start: $(cat "$log")"
+  # The whole address and the space after it: never a line caught half written.
+  wait_for_line "$log" "listening on [0-9.]*:[0-9][0-9]* " "$server_pid" \
+    || die "$1 did not start: $(cat "$log")"
   server_addr=$(sed -n 's/.*listening on \([0-9.]*:[0-9]*\).*/\1/p' "$log" | head -1)
 }
 stop_server() {

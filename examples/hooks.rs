@@ -129,7 +129,8 @@ fn fetch_all(base: &str, options: &Options) -> ExitCode {
                     let reply = agent
                         .get(&format!("{base}{path}"))
                         .call()
-                        .and_then(|response| Ok(response.into_string()?));
+                        .map_err(std::io::Error::other)
+                        .and_then(|response| response.into_string());
                     counters.in_flight.set(counters.in_flight.get() - 1);
                     match reply {
                         Ok(body) if body == path => {}

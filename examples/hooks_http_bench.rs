@@ -103,6 +103,9 @@ enum Client {
 
 const CLIENTS: [Client; 3] = [Client::Ureq, Client::StdHooked, Client::Green];
 
+/// Reads one figure of a run.
+type Figure = fn(&Run) -> Duration;
+
 /// What one run of N x M requests measured.
 struct Run {
     elapsed: Duration,
@@ -161,7 +164,7 @@ fn compare(server: SocketAddr, options: &Options) -> ExitCode {
             runs.push((client, run));
         }
     }
-    let median = |client: Client, figure: fn(&Run) -> Duration| {
+    let median = |client: Client, figure: Figure| {
         let mut values: Vec<f64> = runs
             .iter()
             .filter(|(which, _)| *which == client)
@@ -189,7 +192,7 @@ fn compare(server: SocketAddr, options: &Options) -> ExitCode {
         options.rounds
     );
     println!("|---|---|---|---|---|---|");
-    let figures: [(&str, fn(&Run) -> Duration); 3] = [
+    let figures: [(&str, Figure); 3] = [
         ("time per request, µs", |run| run.elapsed),
         ("client CPU per request, µs", |run| run.cpu),
         ("server CPU per request, µs", |run| run.server_cpu),
