@@ -96,6 +96,12 @@ fn remote_and_task(what: &str) -> (Arc<RemoteQueue>, TaskKey) {
 /// Parks (as a remote wait, which the deadlock detector counts as wakeable) until `done()`.
 /// Cancellation is deferred: the green thread keeps waiting for the work it handed out, so
 /// that nothing it lent to the other thread is freed early, and unwinds afterwards.
+///
+/// It parks at least once, even when the helper has finished before the first look: handing
+/// work to another OS thread always lets the other green threads run, rather than only when
+/// the helper happens to be slower than this thread (which a loaded machine decides). The
+/// helper's wake-up cannot be missed: it is queued, and the scheduler reads its queue only
+/// after this green thread has parked.
 fn wait_for(what: &'static str, mut done: impl FnMut() -> bool) {
     with_scheduler(what, |scheduler| {
         scheduler
@@ -104,12 +110,20 @@ fn wait_for(what: &'static str, mut done: impl FnMut() -> bool) {
     });
     let _pending = PendingGuard;
     let mut cancelled = None;
-    while !done() {
-        let park = panic::catch_unwind(AssertUnwindSafe(|| {
-            scheduler::park(what, Wait::Remote(what), None, None, |_, _| {})
-        }));
-        if let Err(payload) = park {
-            cancelled.get_or_insert(payload);
+    loop {
+        if cancelled.is_none() {
+            let park = panic::catch_unwind(AssertUnwindSafe(|| {
+                scheduler::park(what, Wait::Remote(what), None, None, |_, _| {})
+            }));
+            if let Err(payload) = park {
+                cancelled = Some(payload);
+            }
+        } else {
+            // Already interrupted: a plain park would raise again at once, every time.
+            scheduler::park_uninterruptible(what, Wait::Remote(what));
+        }
+        if done() {
+            break;
         }
     }
     if let Some(payload) = cancelled {

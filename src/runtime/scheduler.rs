@@ -962,6 +962,32 @@ pub(crate) fn park(
     }
 }
 
+/// A park for a green thread that must wait however it is interrupted: it neither raises a
+/// pending cancellation nor is bounded by a `time::timeout` scope, and a cancellation that
+/// wakes it is only a wake-up (the request stays set, for the caller to raise later). For the
+/// offload layer's wait after it has already caught a cancellation or a scope's end: it must
+/// still wait for the work it lent to another OS thread, and a park that raised again at once
+/// each time would spin instead of letting the other green threads run.
+pub(crate) fn park_uninterruptible(what: &str, wait: Wait) {
+    let task = with_scheduler(what, |scheduler| scheduler.current_task_ref());
+    if std::thread::panicking() {
+        wait_while_unwinding(what, wait, None);
+        return;
+    }
+    // SAFETY: as in `park`: `run_task` holds the task's Rc until it suspends below.
+    let task = ManuallyDrop::new(unsafe { Rc::from_raw(task) });
+    let park = task.park_number.get() + 1;
+    task.park_number.set(park);
+    let request = ParkRequest {
+        wait,
+        deadline: None,
+        io: None,
+    };
+    // As in `park`: the scheduler reads the request right after the switch.
+    let request = NonNull::from(&request).cast::<ParkRequest<'static>>();
+    let _woken = suspend_to_scheduler(&task, Suspend::Park(request));
+}
+
 /// What a park does when its green thread is unwinding (a destructor that waits, run during
 /// a panic or a cancellation): it does not switch, since every other green thread would then
 /// see `std::thread::panicking()` true (std's panic count is per OS thread), and so would the
