@@ -6,7 +6,8 @@
 //! blocking calls parked only their own green thread: all run on one OS thread, so two requests
 //! can only be in flight at once, a heartbeat can only tick between two responses, and a
 //! `BLPOP` waiting in the server can only be answered by another green thread, if the blocking
-//! call parked instead of blocking the OS thread.
+//! call parked instead of blocking the OS thread. The socket timeouts the clients set
+//! (`SO_RCVTIMEO`) bound such a park and come back as each client's own timeout error.
 #![cfg(feature = "hooks")]
 
 #[path = "common/redis_server.rs"]
@@ -299,6 +300,121 @@ fn a_redis_blpop_parks_its_green_thread_so_another_can_push_what_it_waits_for() 
             Some(("greenweave:queue".to_owned(), "wake up".to_owned()))
         );
         assert_eq!(*events.borrow(), ["waiting", "pushing", "popped"]);
+    });
+    drop(server);
+}
+
+/// Records a tick, then sleeps with std's (hooked) sleep, until `done`.
+fn tick_until(events: Rc<RefCell<Vec<&'static str>>>, done: Rc<Cell<bool>>) {
+    while !done.get() {
+        events.borrow_mut().push("tick");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Whether `events` has a tick between `from` and the later `to`.
+fn ticked_between(events: &[&str], from: &str, to: &str) -> bool {
+    let start = events.iter().position(|&event| event == from);
+    let end = events.iter().position(|&event| event == to);
+    let (Some(start), Some(end)) = (start, end) else {
+        panic!("{from:?} or {to:?} missing from {events:?}");
+    };
+    events[start..end].contains(&"tick")
+}
+
+#[test]
+fn a_ureq_timeout_against_a_server_that_never_answers_is_a_timeout_error_and_others_run_meanwhile()
+{
+    greenweave::run(|| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let gave_up = Rc::new(Cell::new(false));
+        // Takes the connection and never answers, until the client gave up (or, should the
+        // client's timeout not work, for 30 s at most: the client then sees the connection
+        // close instead of a timeout, and the test fails instead of hanging). It waits with
+        // sleeps, not with a socket timeout of its own, which is what is under test.
+        let server = greenweave::spawn({
+            let gave_up = gave_up.clone();
+            move || {
+                let (_stream, _) = listener.accept().unwrap();
+                for _ in 0..30_000 {
+                    if gave_up.get() {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        });
+        let events = Rc::new(RefCell::new(Vec::new()));
+        let done = Rc::new(Cell::new(false));
+        let heartbeat = greenweave::spawn({
+            let (events, done) = (events.clone(), done.clone());
+            move || tick_until(events, done)
+        });
+        // ureq bounds each read with SO_RCVTIMEO: the hooks bound the park by it, then EAGAIN,
+        // which ureq reports as its timeout. (A per-read timeout starts at the read, so a slow
+        // machine cannot use it up before the park, as it could a whole call's.)
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_per_read(Some(Duration::from_millis(200)))
+            .build()
+            .into();
+        events.borrow_mut().push("requesting");
+        let error = agent
+            .get(format!("http://{address}/silence"))
+            .call()
+            .unwrap_err();
+        events.borrow_mut().push("gave up");
+        gave_up.set(true);
+        assert!(matches!(error, ureq::Error::Timeout(_)), "{error:?}");
+        drop(agent);
+        done.set(true);
+        heartbeat.join().unwrap();
+        server.join().unwrap();
+        assert!(
+            ticked_between(&events.borrow(), "requesting", "gave up"),
+            "the heartbeat did not run while ureq waited: {:?}",
+            events.borrow()
+        );
+    });
+}
+
+#[test]
+fn a_redis_read_timeout_ends_a_parked_blpop_with_a_timeout_error_and_others_run_meanwhile() {
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let url = server.url();
+    greenweave::run(move || {
+        let client = redis::Client::open(url).unwrap();
+        let events = Rc::new(RefCell::new(Vec::new()));
+        let done = Rc::new(Cell::new(false));
+        let heartbeat = greenweave::spawn({
+            let (events, done) = (events.clone(), done.clone());
+            move || tick_until(events, done)
+        });
+        // With a timeout the client connects with std's connect_timeout (a non-blocking
+        // connect and a hooked poll) and bounds its handshake with SO_RCVTIMEO.
+        let mut connection = client
+            .get_connection_with_timeout(Duration::from_secs(30))
+            .unwrap();
+        connection
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        events.borrow_mut().push("waiting");
+        // A BLPOP the server holds for 30 s: the socket's timeout ends the client's wait first
+        // (should it not, the BLPOP returns nothing and the test fails instead of hanging).
+        let error = connection
+            .blpop::<_, Option<(String, String)>>("greenweave:never", 30.0)
+            .unwrap_err();
+        events.borrow_mut().push("timed out");
+        assert!(error.is_timeout(), "{error:?}");
+        done.set(true);
+        heartbeat.join().unwrap();
+        assert!(
+            ticked_between(&events.borrow(), "waiting", "timed out"),
+            "the heartbeat did not run while the BLPOP waited: {:?}",
+            events.borrow()
+        );
     });
     drop(server);
 }
