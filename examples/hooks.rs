@@ -97,9 +97,11 @@ struct Counters {
 fn fetch_all(base: &str, options: &Options) -> ExitCode {
     // One agent, shared as one would share it between OS threads; it keeps a connection per
     // client alive between requests.
-    let agent = ureq::AgentBuilder::new()
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .max_idle_connections(options.clients)
         .max_idle_connections_per_host(options.clients)
-        .build();
+        .build()
+        .into();
     let counters = Rc::new(Counters::default());
 
     let ticker = {
@@ -130,7 +132,12 @@ fn fetch_all(base: &str, options: &Options) -> ExitCode {
                         .get(&format!("{base}{path}"))
                         .call()
                         .map_err(std::io::Error::other)
-                        .and_then(|response| response.into_string());
+                        .and_then(|mut response| {
+                            response
+                                .body_mut()
+                                .read_to_string()
+                                .map_err(std::io::Error::other)
+                        });
                     counters.in_flight.set(counters.in_flight.get() - 1);
                     match reply {
                         Ok(body) if body == path => {}

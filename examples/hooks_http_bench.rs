@@ -211,9 +211,11 @@ fn compare(server: SocketAddr, options: &Options) -> ExitCode {
 /// N green threads x M requests with `client`; returns what it took.
 fn run_clients(client: Client, server: SocketAddr, options: &Options) -> Run {
     let failed = Rc::new(Cell::new(0_u64));
-    let agent = ureq::AgentBuilder::new()
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .max_idle_connections(options.clients)
         .max_idle_connections_per_host(options.clients)
-        .build();
+        .build()
+        .into();
     let cpu_before = cpu_time(libc::CLOCK_THREAD_CPUTIME_ID);
     let process_before = cpu_time(libc::CLOCK_PROCESS_CPUTIME_ID);
     let started = Instant::now();
@@ -242,7 +244,12 @@ fn run_clients(client: Client, server: SocketAddr, options: &Options) -> Run {
                                 .get(&format!("{base}{path}"))
                                 .call()
                                 .map_err(io::Error::other)
-                                .and_then(|response| response.into_string());
+                                .and_then(|mut response| {
+                                    response
+                                        .body_mut()
+                                        .read_to_string()
+                                        .map_err(io::Error::other)
+                                });
                             check(&path, reply);
                         }
                     }
