@@ -60,24 +60,7 @@ struct CLibrary {
 fn library() -> &'static CLibrary {
     static LIBRARY: OnceLock<CLibrary> = OnceLock::new();
     LIBRARY.get_or_init(|| {
-        let path = compile();
-        let path_c = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a NUL-terminated path; the library's constructors are the compiler's defaults.
-        let handle = unsafe { libc::dlopen(path_c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        assert!(
-            !handle.is_null(),
-            "dlopen {}: {}",
-            path.display(),
-            dlerror()
-        );
-        // The mapping stays; the file is not needed any more.
-        std::fs::remove_file(&path).unwrap();
-        let symbol = |name: &CStr| {
-            // SAFETY: a live handle and a NUL-terminated name.
-            let address = unsafe { libc::dlsym(handle, name.as_ptr()) };
-            assert!(!address.is_null(), "dlsym {name:?}: {}", dlerror());
-            address
-        };
+        let symbol = load(compile());
         // SAFETY: `c_hooked_count` is a `const unsigned long`, and the two arrays hold that
         // many entries: function addresses, and NUL-terminated string literals.
         let bound = unsafe {
@@ -103,6 +86,27 @@ fn library() -> &'static CLibrary {
             }
         }
     })
+}
+
+/// Loads the shared library at `path` (then removes the file: the mapping stays) and returns
+/// a lookup of its symbols, which fails the test for a missing one.
+fn load(path: PathBuf) -> impl Fn(&CStr) -> *mut c_void {
+    let path_c = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path; the library's constructors are the compiler's defaults.
+    let handle = unsafe { libc::dlopen(path_c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    assert!(
+        !handle.is_null(),
+        "dlopen {}: {}",
+        path.display(),
+        dlerror()
+    );
+    std::fs::remove_file(&path).unwrap();
+    move |name: &CStr| {
+        // SAFETY: a live handle (never closed) and a NUL-terminated name.
+        let address = unsafe { libc::dlsym(handle, name.as_ptr()) };
+        assert!(!address.is_null(), "dlsym {name:?}: {}", dlerror());
+        address
+    }
 }
 
 /// Compiles `tests/c/blocking_calls.c` into a shared library for the target, in the target's
@@ -162,23 +166,7 @@ type CFortifiedPoll = unsafe extern "C" fn(c_int, c_ulong, c_int) -> c_int;
 fn fortified_library() -> &'static (CFortifiedRecv, CFortifiedPoll) {
     static LIBRARY: OnceLock<(CFortifiedRecv, CFortifiedPoll)> = OnceLock::new();
     LIBRARY.get_or_init(|| {
-        let path = compile_library("fortified_calls", "-D_FORTIFY_SOURCE=2");
-        let path_c = CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: a NUL-terminated path; the library's constructors are the compiler's defaults.
-        let handle = unsafe { libc::dlopen(path_c.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
-        assert!(
-            !handle.is_null(),
-            "dlopen {}: {}",
-            path.display(),
-            dlerror()
-        );
-        std::fs::remove_file(&path).unwrap();
-        let symbol = |name: &CStr| {
-            // SAFETY: a live handle and a NUL-terminated name.
-            let address = unsafe { libc::dlsym(handle, name.as_ptr()) };
-            assert!(!address.is_null(), "dlsym {name:?}: {}", dlerror());
-            address
-        };
+        let symbol = load(compile_library("fortified_calls", "-D_FORTIFY_SOURCE=2"));
         // SAFETY: each symbol is a function defined with this C signature in fortified_calls.c.
         unsafe {
             (
