@@ -1496,3 +1496,41 @@ fn runtime_shutdown_completes_with_a_green_thread_looping_on_std_sleep() {
     });
     assert!(loops.get() > 0, "the sleeps were cut short");
 }
+
+#[test]
+fn the_crawl_example_written_with_std_sleep_starts_every_page_before_any_finishes() {
+    // examples/crawl.rs with std::thread::sleep: pages that wait 1 to 4 units overlap, so the
+    // crawl takes the longest wait, not the sum (shown by order: every page starts first).
+    let log = Log::default();
+    greenweave::run({
+        let log = log.clone();
+        move || {
+            let pages: Vec<_> = (1..=4u64)
+                .map(|page| {
+                    let log = log.clone();
+                    greenweave::spawn(move || {
+                        log.push(format!("crawling url_{page}"));
+                        std::thread::sleep(Duration::from_millis(20 * page));
+                        log.push(format!("OK url_{page}"));
+                    })
+                })
+                .collect();
+            for page in pages {
+                page.join().unwrap();
+            }
+        }
+    });
+    assert_eq!(
+        log.events(),
+        [
+            "crawling url_1",
+            "crawling url_2",
+            "crawling url_3",
+            "crawling url_4",
+            "OK url_1",
+            "OK url_2",
+            "OK url_3",
+            "OK url_4",
+        ]
+    );
+}

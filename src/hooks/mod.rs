@@ -102,8 +102,12 @@
 //!   `_FORTIFY_SOURCE` calls `__read_chk`, `__recv_chk`, `__recvfrom_chk`, `__poll_chk` and
 //!   `__ppoll_chk`: those are hooked too (the size check, then the hook). A static (`crt-static`) build does not link with the feature (`getaddrinfo` is
 //!   defined twice).
-//! - **Signals and ppoll's mask**: a green thread's `ppoll` does not swap the signal mask while
-//!   it parks (the mask is the OS thread's, shared by every green thread).
+//! - **Signals do not interrupt a parked call**: a hooked call never fails with `EINTR` (the
+//!   runtime's `epoll_wait` takes the interruption and goes on). A program that relies on a
+//!   signal handler interrupting a blocking `recv` or `sleep` should wake its green threads
+//!   another way (a self-pipe or `signalfd` read in a green thread: signal-hook's pipe). A
+//!   green thread's `ppoll` does not swap the signal mask while it parks (the mask is the OS
+//!   thread's, shared by every green thread).
 //!
 //! To find blocking calls the hooks do not cover, turn on the stall report:
 //! [`runtime::Builder::stall_report`](crate::runtime::Builder::stall_report), or the
