@@ -107,7 +107,10 @@
 //!   signal handler interrupting a blocking `recv` or `sleep` should wake its green threads
 //!   another way (a self-pipe or `signalfd` read in a green thread: signal-hook's pipe). A
 //!   green thread's `ppoll` does not swap the signal mask while it parks (the mask is the OS
-//!   thread's, shared by every green thread).
+//!   thread's, shared by every green thread). A hooked call made *inside* a signal handler that
+//!   interrupted a green thread counts as that green thread's and could park: keep handlers to
+//!   what is async-signal-safe anyway, a write to a non-blocking self-pipe (which the hooks hand
+//!   straight to libc).
 //!
 //! To find blocking calls the hooks do not cover, turn on the stall report:
 //! [`runtime::Builder::stall_report`](crate::runtime::Builder::stall_report), or the
