@@ -2,49 +2,16 @@
 //! servers and reads files through internal calls no hook sees, so a green thread's lookup runs
 //! on the offload pool (`offload::on_pool`) while only that green thread parks.
 //!
-//! The helper borrows the caller's arguments. That is sound because the green thread waits for
-//! it whatever happens: the offload wait defers a cancellation (or a `time::timeout` scope's
-//! end) until the call has returned, and the deferred unwind is caught here and turned into a
-//! normal return of the finished call's result, so nothing of the caller's is freed early and
-//! the result is not lost; the cancellation is raised again at the green thread's next park.
+//! The helper borrows the caller's arguments; `offloaded.rs` says why that is sound and how a
+//! cancellation meanwhile loses nothing.
 
-use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicI32, AtomicPtr, Ordering};
 
 use libc::{addrinfo, c_char, c_int, hostent};
 
-use crate::runtime::offload;
+use super::offloaded::{Borrowed, on_helper};
 use crate::runtime::scheduler;
 use crate::sys::real;
-
-/// The caller's pointers, handed to the helper thread.
-struct Borrowed<T>(T);
-
-// SAFETY: the pointers are only used by the helper while the calling green thread waits for it
-// (see the module doc); nothing else touches what they point to meanwhile.
-unsafe impl<T> Send for Borrowed<T> {}
-
-impl<T> Borrowed<T> {
-    /// The pointers (a method, so that a closure captures the whole `Send` wrapper rather than
-    /// its fields).
-    fn into_inner(self) -> T {
-        self.0
-    }
-}
-
-/// Runs `call` on a helper OS thread while the green thread parks, and returns what it
-/// returned even if a cancellation came meanwhile (it is raised again at the next park).
-/// `finished` is where the call leaves its result; `call` stores it there before returning.
-fn on_helper<R: Copy>(
-    what: &'static str,
-    call: impl FnOnce() + Send,
-    finished: impl Fn() -> R,
-) -> R {
-    // Any payload is a deferred cancellation or scope end (the call itself does not panic):
-    // dropped here, raised again at the next park.
-    let _ = panic::catch_unwind(AssertUnwindSafe(|| offload::on_pool(what, call)));
-    finished()
-}
 
 /// `getaddrinfo(3)`.
 ///

@@ -8,8 +8,9 @@
 //! socket's timeout) and the call is made again. Calls with no per-call non-blocking flag
 //! (`connect`, `accept`) turn `O_NONBLOCK` on for the one attempt. Reads and writes of fds that
 //! are not sockets but that epoll can watch (pipes, terminals) ask the kernel whether they are
-//! ready (`poll` with a zero timeout) and park until they are. Regular files, and every call
-//! made outside a green thread, go straight to libc.
+//! ready (`poll` with a zero timeout) and park until they are. Reads of regular files are
+//! `file.rs`'s; writes to them, and every call made outside a green thread, go straight to
+//! libc.
 
 use std::os::fd::RawFd;
 use std::time::Instant;
@@ -19,6 +20,7 @@ use libc::{
     socklen_t, ssize_t,
 };
 
+use super::file;
 use super::wait::{self, FdWaitError};
 use crate::runtime::reactor::Interest;
 use crate::runtime::scheduler::{self, with_scheduler};
@@ -122,16 +124,26 @@ fn poll_then_call(
 
 /// Which way a `read`/`write`-like call on `fd` goes in a green thread.
 enum Route {
-    /// Straight to libc: the program made the fd non-blocking, or epoll cannot watch it.
+    /// Straight to libc: the program made the fd non-blocking, or epoll cannot watch it (for
+    /// a read, a regular file that does not take `RWF_NOWAIT`).
     Libc,
     Socket,
     OtherPollable,
+    /// A regular file (or directory, or block device) whose reads may be tried without
+    /// waiting for the disk (`file.rs`); writes to it go to libc.
+    File,
 }
 
 fn route(fd: RawFd) -> Route {
     let state = fd_state::state(fd);
-    if state.is_nonblocking() || !state.is_pollable() {
+    if state.is_nonblocking() {
         Route::Libc
+    } else if !state.is_pollable() {
+        if state.reads_nowait() {
+            Route::File
+        } else {
+            Route::Libc
+        }
     } else if state.is_socket() {
         Route::Socket
     } else {
@@ -162,6 +174,13 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssi
     }
     match route(fd) {
         Route::Libc => unsafe { real::read(fd, buf, count) },
+        Route::File => {
+            let buffer = iovec {
+                iov_base: buf,
+                iov_len: count,
+            };
+            unsafe { file::read(fd, &buffer, 1) }
+        }
         Route::Socket => unless_not_a_socket(
             fd,
             socket_call("read (hooked)", fd, Interest::Readable, || unsafe {
@@ -188,7 +207,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: size_t) -> 
         return unsafe { real::write(fd, buf, count) };
     }
     match route(fd) {
-        Route::Libc => unsafe { real::write(fd, buf, count) },
+        Route::Libc | Route::File => unsafe { real::write(fd, buf, count) },
         Route::Socket => unless_not_a_socket(
             fd,
             socket_call("write (hooked)", fd, Interest::Writable, || unsafe {
@@ -226,6 +245,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, iovcnt: c_int) -> s
     }
     match route(fd) {
         Route::Libc => unsafe { real::readv(fd, iov, iovcnt) },
+        Route::File => unsafe { file::read(fd, iov, iovcnt) },
         Route::Socket => {
             let mut message = iov_message(iov, iovcnt);
             let result = socket_call("readv (hooked)", fd, Interest::Readable, || unsafe {
@@ -252,7 +272,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, iovcnt: c_int) -> 
         return unsafe { real::writev(fd, iov, iovcnt) };
     }
     match route(fd) {
-        Route::Libc => unsafe { real::writev(fd, iov, iovcnt) },
+        Route::Libc | Route::File => unsafe { real::writev(fd, iov, iovcnt) },
         Route::Socket => {
             let message = iov_message(iov, iovcnt);
             let result = socket_call("writev (hooked)", fd, Interest::Writable, || unsafe {

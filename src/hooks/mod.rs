@@ -45,6 +45,7 @@
 //! | `poll`, `ppoll`, `select` (and `__poll_chk`, `__ppoll_chk`) | parks until one of the fds is ready or the timeout |
 //! | `nanosleep`, `clock_nanosleep` (std's `thread::sleep`), `usleep`, `sleep` | parks on the runtime's timers |
 //! | `getaddrinfo`, `gethostbyname` | runs on the offload pool while the green thread parks |
+//! | `read`, `readv` of a regular file | the page cache at once; what must come from the disk, on the offload pool while the green thread parks |
 //! | `close` | a green thread parked on the fd wakes with `EBADF`; the fd leaves epoll |
 //! | `socket`, `dup`, `dup2`, `dup3`, `setsockopt`, `fcntl`, `ioctl` | unchanged; they keep track of `O_NONBLOCK` and socket timeouts |
 //!
@@ -88,8 +89,12 @@
 //! - **Raw system calls bypass libc**: crates that use `rustix`'s default (linux_raw) backend,
 //!   `mio`/`tokio` internals, or `libc::syscall` are not seen. Their fds are also not tracked,
 //!   so an fd whose mode they change behind libc's back may be cached wrongly.
-//! - **Regular files block.** epoll cannot watch them; use [`unblock`](crate::unblock) for file
-//!   I/O in green threads.
+//! - **Regular files**: a read is made without waiting for the disk (`preadv2` with
+//!   `RWF_NOWAIT`, which serves the page cache in the one system call a read makes); what is
+//!   not cached is read on the offload pool while only the green thread parks. Where the kernel
+//!   or filesystem does not take `RWF_NOWAIT` (qemu-user, some filesystems), reads block as
+//!   libc's do. Writes, `open`, `fsync` and `stat` block (writes normally land in the page
+//!   cache); use [`unblock`](crate::unblock) for heavy file work.
 //! - **Pipes and terminals**: a read or write is made once `poll` says the fd is ready; a write
 //!   larger than the free space of a pipe can still block the OS thread.
 //! - **Shared C libraries** (libcurl, libpq), linked or `dlopen`ed, reach the hooks with nothing
@@ -117,8 +122,10 @@
 //! environment variable `GREENWEAVE_STALL_REPORT_MS`.
 
 mod dns;
+mod file;
 mod fortify;
 mod io;
+mod offloaded;
 mod poll;
 mod sleep;
 mod wait;

@@ -41,6 +41,8 @@ const NOT_POLLABLE: u8 = 1 << 5;
 /// The open file description is shared with another fd: `NONBLOCK` and the timeouts may change
 /// through that fd, so they are never taken from here.
 const SHARED: u8 = 1 << 6;
+/// A regular file whose reads do not take `RWF_NOWAIT` (the hooks read it as libc does).
+const NO_NOWAIT_READS: u8 = 1 << 7;
 
 const CHUNK: usize = 4096;
 const CHUNKS: usize = 1024;
@@ -130,6 +132,14 @@ pub(crate) fn set_timeout(fd: RawFd, send: bool, set: bool) {
     }
 }
 
+/// Reads of `fd` (a regular file) do not take `RWF_NOWAIT`: the hooks stop asking.
+pub(crate) fn note_no_nowait_reads(fd: RawFd) {
+    let old = load(fd);
+    if old & KNOWN != 0 {
+        store(fd, old | NO_NOWAIT_READS);
+    }
+}
+
 /// `fd` is closed, or is about to be replaced (`dup2`, `dup3`): nothing is known of the next fd
 /// with that number, which is of a new generation.
 pub(crate) fn forget(fd: RawFd) {
@@ -181,6 +191,11 @@ impl FdState {
     /// Whether epoll can watch it: calls on a regular file never park.
     pub(crate) fn is_pollable(self) -> bool {
         self.bits & NOT_POLLABLE == 0
+    }
+
+    /// Whether reads of this (regular) file may be tried with `RWF_NOWAIT` first.
+    pub(crate) fn reads_nowait(self) -> bool {
+        self.bits & NO_NOWAIT_READS == 0
     }
 
     /// Whether the program made it non-blocking (then a would-block call returns `EAGAIN`).
@@ -239,10 +254,14 @@ fn look_up(fd: RawFd, cached: u8) -> u8 {
             return NOT_POLLABLE | KNOWN;
         }
     }
-    // SAFETY: F_GETFL takes no argument.
-    let flags = unsafe { real::fcntl(fd, libc::F_GETFL, 0) };
-    if flags != -1 && flags & libc::O_NONBLOCK != 0 {
-        bits |= NONBLOCK;
+    // O_NONBLOCK means nothing to a regular file (the kernel ignores it), so a file's first
+    // read costs one look-up (fstat), not two.
+    if bits & NOT_POLLABLE == 0 {
+        // SAFETY: F_GETFL takes no argument.
+        let flags = unsafe { real::fcntl(fd, libc::F_GETFL, 0) };
+        if flags != -1 && flags & libc::O_NONBLOCK != 0 {
+            bits |= NONBLOCK;
+        }
     }
     if bits & SOCKET != 0 {
         if socket_timeout(fd, false).is_some() {
