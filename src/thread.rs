@@ -373,7 +373,7 @@ impl<T> JoinHandle<T> {
     /// `ECANCELED` (a sleep ends early) and the unwind comes at its next park in Rust code. A
     /// body that returns without parking again returns its value (typically the error), which
     /// [`join`](JoinHandle::join) gives as `Ok`; a loop that ignores those errors and never
-    /// parks in Rust code is not stopped (see [`hooks`](crate::hooks), "Cancellation").
+    /// parks in Rust code is not stopped (see the `hooks` module, "Cancellation").
     ///
     /// Does nothing once the green thread has finished, which includes every green thread of a
     /// runtime that has ended (a handle used in a later runtime, or outside any).
