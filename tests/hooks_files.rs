@@ -6,6 +6,7 @@ use std::cell::RefCell;
 use std::fs::File;
 use std::io::{IoSliceMut, Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::rc::Rc;
 
@@ -22,6 +23,11 @@ fn patterned_file(name: &str, len: usize) -> (PathBuf, Vec<u8>) {
     file.write_all(&bytes).unwrap();
     file.sync_all().unwrap();
     (path, bytes)
+}
+
+/// The bytes of a patterned file at `offset`.
+fn bytes_at(offset: usize, len: usize) -> Vec<u8> {
+    (offset..offset + len).map(|i| (i % 251) as u8).collect()
 }
 
 #[test]
@@ -53,6 +59,15 @@ fn regular_file_reads_in_a_green_thread_return_the_files_bytes_and_keep_its_posi
             file.read_to_end(&mut all).unwrap();
             let mut past_end = [0; 16];
             assert_eq!(file.read(&mut past_end).unwrap(), 0);
+            // At an offset (pread64): the bytes there, and the position stays where it was.
+            let mut at = [0; 5];
+            file.read_exact_at(&mut at, 123_456).unwrap();
+            assert_eq!(at.to_vec(), bytes_at(123_456, 5));
+            assert_eq!(
+                file.read(&mut past_end).unwrap(),
+                0,
+                "the position did not move"
+            );
             // The position is the file's: a seek back is honoured.
             file.seek(SeekFrom::Start(1000)).unwrap();
             let mut again = [0; 3];
@@ -107,9 +122,30 @@ fn takes_nowait(file: &File) -> bool {
 
 #[test]
 fn a_file_read_that_misses_the_page_cache_parks_only_its_green_thread() {
+    cold_read_parks("hooks-files-cold", |file, all| {
+        let mut file = file;
+        file.read_exact(all).unwrap();
+    });
+}
+
+#[test]
+fn a_file_read_at_an_offset_that_misses_the_page_cache_parks_only_its_green_thread() {
+    // `read_exact_at` is `pread64`; read in two halves, the second first.
+    cold_read_parks("hooks-files-cold-at", |file, all| {
+        let half = all.len() / 2;
+        let (low, high) = all.split_at_mut(half);
+        file.read_exact_at(high, half as u64).unwrap();
+        file.read_exact_at(low, 0).unwrap();
+    });
+}
+
+/// Drops a 1 MiB file from the page cache, reads it all in a green thread with `read` while
+/// another green thread is ready, and checks the bytes and (where the page cache could be
+/// dropped and `RWF_NOWAIT` works) that the other green thread ran before the read returned.
+fn cold_read_parks(name: &str, read: fn(File, &mut [u8])) {
     const LEN: usize = 1 << 20;
-    let (path, bytes) = patterned_file("hooks-files-cold", LEN);
-    let (probe_path, _) = patterned_file("hooks-files-probe", 4096);
+    let (path, bytes) = patterned_file(name, LEN);
+    let (probe_path, _) = patterned_file(&format!("{name}-probe"), 4096);
     let probe = File::open(&probe_path).unwrap();
     let mut first = [0u8; 1];
     (&probe).read_exact(&mut first).unwrap();
@@ -128,9 +164,8 @@ fn a_file_read_that_misses_the_page_cache_parks_only_its_green_thread() {
         move || {
             let other_events = events.clone();
             let other = greenweave::spawn(move || other_events.borrow_mut().push("other ran"));
-            let mut file = file;
             let mut all = vec![0; LEN];
-            file.read_exact(&mut all).unwrap();
+            read(file, &mut all);
             events.borrow_mut().push("read returned");
             other.join().unwrap();
             all

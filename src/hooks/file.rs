@@ -1,4 +1,4 @@
-//! Reads of regular files in a green thread (`read`, `readv`). epoll cannot watch a file, and
+//! Reads of regular files in a green thread (`read`, `readv`, `pread`/`pread64`). epoll cannot watch a file, and
 //! a read that misses the page cache waits for the disk, blocking every green thread. So each
 //! read is first made with `preadv2(.., -1, RWF_NOWAIT)`: the kernel serves what is cached at
 //! once (one system call, as the plain read) and says `EAGAIN` instead of waiting for the disk.
@@ -19,19 +19,37 @@ use super::offloaded::{Borrowed, on_helper};
 use crate::sys::fd_state::{self, errno, set_errno};
 use crate::sys::real;
 
+/// Where a read reads: at the file position (and advances it), or at an offset (`pread`).
+#[derive(Clone, Copy)]
+pub(super) enum At {
+    Position,
+    Offset(i64),
+}
+
+impl At {
+    /// The offset argument of `preadv`/`preadv2` for the part of the read after `done` bytes:
+    /// -1 for the file position.
+    fn offset_after(self, done: usize) -> i64 {
+        match self {
+            At::Position => -1,
+            At::Offset(offset) => offset.saturating_add(done as i64),
+        }
+    }
+}
+
 /// Reads into `iov` (`count` buffers) from the regular file `fd` for a green thread, as
-/// `readv` would.
+/// `readv` (or, at an offset, `preadv`) would.
 ///
 /// # Safety
 /// That of `readv`: `iov` points to `count` live iovecs, each a writable buffer.
-pub(super) unsafe fn read(fd: RawFd, iov: *const iovec, count: c_int) -> ssize_t {
+pub(super) unsafe fn read(fd: RawFd, iov: *const iovec, count: c_int, at: At) -> ssize_t {
     let Ok(len) = usize::try_from(count) else {
         // SAFETY: the caller's contract; libc reports the bad count.
-        return unsafe { real::readv(fd, iov, count) };
+        return unsafe { blocking_read(fd, iov, count, at.offset_after(0)) };
     };
-    if len == 0 || iov.is_null() {
-        // SAFETY: as above.
-        return unsafe { real::readv(fd, iov, count) };
+    if len == 0 || iov.is_null() || matches!(at, At::Offset(offset) if offset < 0) {
+        // SAFETY: as above (libc reports a negative offset).
+        return unsafe { blocking_read(fd, iov, count, at.offset_after(0)) };
     }
     // SAFETY: the caller passes `count` live iovecs.
     let buffers = unsafe { std::slice::from_raw_parts(iov, len) };
@@ -46,9 +64,10 @@ pub(super) unsafe fn read(fd: RawFd, iov: *const iovec, count: c_int) -> ssize_t
             rest = after(buffers, done);
             (rest.as_ptr(), rest.len() as c_int)
         };
+        let offset = at.offset_after(done);
         // SAFETY: `pointer` holds `count` iovecs into the caller's buffers (or the part of
         // them not yet filled); offset -1 reads at the file position and advances it.
-        let read = unsafe { libc::preadv2(fd, pointer, count, -1, libc::RWF_NOWAIT) };
+        let read = unsafe { libc::preadv2(fd, pointer, count, offset, libc::RWF_NOWAIT) };
         match read {
             0 => return done as ssize_t,
             read if read > 0 => {
@@ -62,12 +81,14 @@ pub(super) unsafe fn read(fd: RawFd, iov: *const iovec, count: c_int) -> ssize_t
                 return match failed {
                     // The rest is not cached: read it from the disk on the pool.
                     // SAFETY: as above: `pointer` and `count` describe the caller's buffers.
-                    libc::EAGAIN => finish(done, unsafe { read_on_pool(fd, pointer, count) }),
+                    libc::EAGAIN => {
+                        finish(done, unsafe { read_on_pool(fd, pointer, count, offset) })
+                    }
                     // No RWF_NOWAIT here: read as libc does, and do not ask again.
                     libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL => {
                         fd_state::note_no_nowait_reads(fd);
                         // SAFETY: as above.
-                        finish(done, unsafe { real::readv(fd, pointer, count) })
+                        finish(done, unsafe { blocking_read(fd, pointer, count, offset) })
                     }
                     _ => finish(done, -1),
                 };
@@ -107,12 +128,27 @@ fn after(buffers: &[iovec], mut skip: usize) -> Vec<iovec> {
     rest
 }
 
-/// `readv` on the offload pool while the green thread parks; its result and errno.
+/// The read as libc makes it, blocking: `readv` at the file position (`offset` -1), `preadv`
+/// at an offset (neither is hooked).
+///
+/// # Safety
+/// As `read`.
+unsafe fn blocking_read(fd: RawFd, iov: *const iovec, count: c_int, offset: i64) -> ssize_t {
+    if offset == -1 {
+        // SAFETY: the caller's contract.
+        unsafe { real::readv(fd, iov, count) }
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { libc::preadv(fd, iov, count, offset) }
+    }
+}
+
+/// The read on the offload pool while the green thread parks; its result and errno.
 ///
 /// # Safety
 /// As `read`: `iov` and `count` describe live, writable buffers, which stay so while the green
 /// thread waits (it does, whatever happens: see `offloaded.rs`).
-unsafe fn read_on_pool(fd: RawFd, iov: *const iovec, count: c_int) -> ssize_t {
+unsafe fn read_on_pool(fd: RawFd, iov: *const iovec, count: c_int, offset: i64) -> ssize_t {
     let arguments = Borrowed(iov);
     let result = AtomicIsize::new(-1);
     let error = AtomicI32::new(0);
@@ -121,7 +157,7 @@ unsafe fn read_on_pool(fd: RawFd, iov: *const iovec, count: c_int) -> ssize_t {
         || {
             let iov = arguments.into_inner();
             // SAFETY: the caller's buffers, live while it waits.
-            let read = unsafe { real::readv(fd, iov, count) };
+            let read = unsafe { blocking_read(fd, iov, count, offset) };
             error.store(errno(), Ordering::Relaxed);
             result.store(read, Ordering::Release);
         },

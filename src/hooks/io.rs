@@ -179,7 +179,7 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssi
                 iov_base: buf,
                 iov_len: count,
             };
-            unsafe { file::read(fd, &buffer, 1) }
+            unsafe { file::read(fd, &buffer, 1, file::At::Position) }
         }
         Route::Socket => unless_not_a_socket(
             fd,
@@ -194,6 +194,44 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssi
             })
         }
     }
+}
+
+/// `pread64(2)` (and `pread`, the same function under its other name): reads at an offset,
+/// which only regular files take; as `read` for them in a green thread.
+///
+/// # Safety
+/// That of libc's `pread64`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pread64(
+    fd: c_int,
+    buf: *mut c_void,
+    count: size_t,
+    offset: libc::off64_t,
+) -> ssize_t {
+    // SAFETY (both calls): the caller's contract is libc's, passed on unchanged.
+    if !scheduler::can_park_here() || !matches!(route(fd), Route::File) {
+        return unsafe { real::pread64(fd, buf, count, offset) };
+    }
+    let buffer = iovec {
+        iov_base: buf,
+        iov_len: count,
+    };
+    unsafe { file::read(fd, &buffer, 1, file::At::Offset(offset)) }
+}
+
+/// `pread(2)`: `pread64` (the same function on 64-bit Linux).
+///
+/// # Safety
+/// That of libc's `pread`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pread(
+    fd: c_int,
+    buf: *mut c_void,
+    count: size_t,
+    offset: libc::off_t,
+) -> ssize_t {
+    // SAFETY: the same contract; off_t is off64_t on 64-bit Linux.
+    unsafe { pread64(fd, buf, count, offset) }
 }
 
 /// `write(2)`.
@@ -245,7 +283,7 @@ pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, iovcnt: c_int) -> s
     }
     match route(fd) {
         Route::Libc => unsafe { real::readv(fd, iov, iovcnt) },
-        Route::File => unsafe { file::read(fd, iov, iovcnt) },
+        Route::File => unsafe { file::read(fd, iov, iovcnt, file::At::Position) },
         Route::Socket => {
             let mut message = iov_message(iov, iovcnt);
             let result = socket_call("readv (hooked)", fd, Interest::Readable, || unsafe {

@@ -45,7 +45,7 @@
 //! | `poll`, `ppoll`, `select` (and `__poll_chk`, `__ppoll_chk`) | parks until one of the fds is ready or the timeout |
 //! | `nanosleep`, `clock_nanosleep` (std's `thread::sleep`), `usleep`, `sleep` | parks on the runtime's timers |
 //! | `getaddrinfo`, `gethostbyname` | runs on the offload pool while the green thread parks |
-//! | `read`, `readv` of a regular file | the page cache at once; what must come from the disk, on the offload pool while the green thread parks |
+//! | `read`, `readv`, `pread`/`pread64` of a regular file | the page cache at once; what must come from the disk, on the offload pool while the green thread parks |
 //! | `close` | a green thread parked on the fd wakes with `EBADF`; the fd leaves epoll |
 //! | `socket`, `dup`, `dup2`, `dup3`, `setsockopt`, `fcntl`, `ioctl` | unchanged; they keep track of `O_NONBLOCK` and socket timeouts |
 //!
@@ -135,6 +135,8 @@ mod wait;
 /// linked when something refers to it, and the C calls the hooks replace are resolved after the
 /// library's archive has been scanned.
 static HOOKS: Hooks = Hooks([
+    io::pread64 as *const (),
+    io::pread as *const (),
     fortify::__read_chk as *const (),
     fortify::__recv_chk as *const (),
     fortify::__recvfrom_chk as *const (),
@@ -174,7 +176,7 @@ static HOOKS: Hooks = Hooks([
 
 /// The addresses of the hooks, only ever read by `keep_linked`'s `black_box`.
 #[allow(dead_code)] // read through `black_box`, which the lint does not see
-struct Hooks([*const (); 35]);
+struct Hooks([*const (); 37]);
 
 // SAFETY: the addresses of functions, never dereferenced as data nor changed.
 unsafe impl Sync for Hooks {}

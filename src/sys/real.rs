@@ -112,6 +112,7 @@ mod resolved {
         25 dup(fd: c_int) -> c_int;
         26 dup2(old: c_int, new: c_int) -> c_int;
         27 dup3(old: c_int, new: c_int, flags: c_int) -> c_int;
+        28 pread64(fd: c_int, buf: *mut c_void, count: size_t, offset: libc::off64_t) -> ssize_t;
     }
 
     // Two more slots follow those: the variadic functions, which the macro cannot type; the
