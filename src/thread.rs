@@ -381,7 +381,7 @@ impl<T> JoinHandle<T> {
         if self.task.state.get() == TaskState::Finished {
             return;
         }
-        self.task.cancel_requested.set(true);
+        self.task.request_cancel();
         if self.task.state.get() == TaskState::Parked {
             with_scheduler("JoinHandle::cancel", |scheduler| {
                 scheduler.unpark(

@@ -502,6 +502,8 @@ impl Scheduler {
     #[inline(never)]
     fn stall_entering(&self, task: &Task) {
         if let Some(watch) = &self.stall {
+            task.attention
+                .set(task.attention.get() | Task::STALL_WATCHED);
             watch.entering(task);
         }
     }
@@ -663,16 +665,13 @@ impl Scheduler {
     }
 
     /// The stall report's part of a park or a yield of the running green thread `task`, on its
-    /// stack (so that a reported stall's end can show a backtrace of the park). Nothing while
-    /// it unwinds: such a park does not switch, and the stall goes on.
+    /// stack (so that a reported stall's end can show a backtrace of the park); reached
+    /// through `attend` (`Task::STALL_WATCHED`). Parks and yields attend to nothing while they
+    /// unwind: such a park does not switch, and the stall goes on.
     #[inline(never)]
-    fn stall_parking(&self, task: *const Task) {
-        if let Some(watch) = &self.stall
-            && !std::thread::panicking()
-        {
-            // SAFETY: `task` is the running task, which `run_task` keeps alive until it
-            // suspends, after this.
-            watch.parking(unsafe { &*task });
+    fn stall_parking(&self, task: &Task) {
+        if let Some(watch) = &self.stall {
+            watch.parking(task);
         }
     }
 
@@ -782,7 +781,7 @@ impl Scheduler {
                 break;
             }
             for task in tasks {
-                task.cancel_requested.set(true);
+                task.request_cancel();
                 if task.state.get() == TaskState::Parked {
                     self.unpark(task.clone(), task.park_number.get(), Wake::Cancelled);
                 }
@@ -908,15 +907,7 @@ pub(crate) fn park(
     mut register: impl FnMut(&Rc<Task>, u64),
 ) -> Wake {
     let io = io.as_deref();
-    // The stall report looks first, before anything of this park is registered: printing a
-    // stall's end may itself park (a hooked write to a full pipe).
-    let task = with_scheduler(what, |scheduler| {
-        let task = scheduler.current_task_ref();
-        if scheduler.watches_stalls() {
-            scheduler.stall_parking(task);
-        }
-        task
-    });
+    let task = with_scheduler(what, |scheduler| scheduler.current_task_ref());
     if std::thread::panicking() {
         return wait_while_unwinding(what, wait, deadline);
     }
@@ -1025,13 +1016,7 @@ fn wait_while_unwinding(what: &str, wait: Wait, deadline: Option<Instant>) -> Wa
 /// trip with this function out of line against 18 ns inlined.
 #[inline(always)]
 pub(crate) fn yield_now(what: &str) {
-    let task = with_scheduler(what, |scheduler| {
-        let task = scheduler.current_task_ref();
-        if scheduler.watches_stalls() {
-            scheduler.stall_parking(task);
-        }
-        task
-    });
+    let task = with_scheduler(what, |scheduler| scheduler.current_task_ref());
     // A green thread never switches while it unwinds (see `wait_while_unwinding`); a yield has
     // nothing to report, so it simply does not happen.
     if std::thread::panicking() {
@@ -1098,9 +1083,26 @@ pub(crate) struct ScopeElapsed(pub(crate) u64);
 /// again at its next park. Every delivery after the first lets the other green threads run
 /// before unwinding, so a loop that keeps catching it cannot starve them, and the runtime's
 /// shutdown can count the deliveries and give up on such a green thread.
+///
+/// The same test covers the stall report's look at the park (`Task::STALL_WATCHED`), so that
+/// the report costs a park nothing while it is off.
 #[inline]
 fn deliver_pending_cancellation(task: &Task) {
-    if task.cancel_requested.get() {
+    if task.attention.get() != 0 {
+        attend(task);
+    }
+}
+
+/// What a park or yield does when its task needs attention: the stall report's look first
+/// (printing a stall's end may itself park, under the hooks, before anything of this park is
+/// registered), then the cancellation.
+#[cold]
+#[inline(never)]
+fn attend(task: &Task) {
+    if task.attention.get() & Task::STALL_WATCHED != 0 {
+        with_scheduler("a park", |scheduler| scheduler.stall_parking(task));
+    }
+    if task.cancel_requested() {
         deliver_cancellation(task);
     }
 }

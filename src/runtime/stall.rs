@@ -10,8 +10,9 @@
 //! May not: touch a task from the watchdog (tasks are `!Send` and may be freed at any time):
 //! the watchdog sees ids, a copied name and atomics, nothing else. Nor cost anything on the
 //! scheduler's paths when the report is off: the scheduler holds an `Option<StallWatch>` and
-//! tests it once per switch into a green thread, once per park, and once per finished green
-//! thread, a branch that always goes the same way.
+//! tests it once per switch into a green thread and once per finished green thread, a branch
+//! that always goes the same way; a park's look shares the test a park makes anyway for a
+//! pending cancellation (`Task::attention`).
 //!
 //! How a stall is seen. On every switch into a green thread the scheduler bumps a switch
 //! number and publishes the green thread's id beside it (a seqlock: the number is odd while the

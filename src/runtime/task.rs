@@ -124,9 +124,12 @@ pub(crate) struct Task {
     /// Set while parked: what it waits for and whether it has a deadline.
     pub(crate) waiting: Cell<Option<(Wait, bool)>>,
     pub(crate) wake: Cell<Wake>,
-    /// Set by `JoinHandle::cancel` or shutdown, and never cleared while the body runs: every
-    /// park raises the cancellation until the green thread ends.
-    pub(crate) cancel_requested: Cell<bool>,
+    /// What the next park or yield must look at before it switches, in one byte so that a
+    /// park tests both with one load: [`Task::CANCEL`] (set by `JoinHandle::cancel` or
+    /// shutdown, and never cleared while the body runs: every park raises the cancellation
+    /// until the green thread ends) and [`Task::STALL_WATCHED`] (the stall report is on: the
+    /// park says whether the run it ends was reported as a stall).
+    pub(crate) attention: Cell<u8>,
     /// How many times the cancellation has been raised (more than once: the body caught it).
     pub(crate) cancellations_delivered: Cell<u32>,
     /// The innermost `time::timeout` deadline in force, with the token of the `timeout` call
@@ -152,7 +155,7 @@ impl Task {
             park_number: Cell::new(0),
             waiting: Cell::new(None),
             wake: Cell::new(Wake::Notified),
-            cancel_requested: Cell::new(false),
+            attention: Cell::new(0),
             cancellations_delivered: Cell::new(0),
             scope_deadline: Cell::new(None),
             joiner: Cell::new(None),
@@ -174,7 +177,7 @@ impl Task {
         self.state.set(TaskState::Runnable);
         self.waiting.set(None);
         self.wake.set(Wake::Notified);
-        self.cancel_requested.set(false);
+        self.attention.set(0);
         self.cancellations_delivered.set(0);
         self.scope_deadline.set(None);
         self.result.reset();
@@ -200,7 +203,23 @@ impl Task {
     /// Whether a green thread about to start should not run its body because it was cancelled
     /// first (the request stays set, as every cancellation does).
     pub(crate) fn cancelled_before_start(&self) -> bool {
-        self.cancel_requested.get()
+        self.cancel_requested()
+    }
+
+    /// [`Task::attention`]: a cancellation was requested.
+    pub(crate) const CANCEL: u8 = 1;
+    /// [`Task::attention`]: the stall report is on.
+    pub(crate) const STALL_WATCHED: u8 = 2;
+
+    /// Whether a cancellation was requested (it stays requested until the green thread ends).
+    #[inline]
+    pub(crate) fn cancel_requested(&self) -> bool {
+        self.attention.get() & Task::CANCEL != 0
+    }
+
+    /// Requests the cancellation, raised at every park from now on.
+    pub(crate) fn request_cancel(&self) {
+        self.attention.set(self.attention.get() | Task::CANCEL);
     }
 
     /// The key that names this task from outside the scheduler's loop.
@@ -423,14 +442,14 @@ mod tests {
     fn a_reused_task_is_as_new_with_its_new_identity() {
         let mut task = Task::new(1, 0, Some("first".into()));
         task.state.set(TaskState::Finished);
-        task.cancel_requested.set(true);
+        task.request_cancel();
         task.result.detach();
         task.park_number.set(5);
         task.reuse(2, 3, None);
         assert_eq!(task.key(), TaskKey { slot: 3, id: 2 });
         assert!(task.name.is_none());
         assert_eq!(task.state.get(), TaskState::Runnable);
-        assert!(!task.cancel_requested.get());
+        assert!(!task.cancel_requested());
         assert!(task.waiting.get().is_none());
         // Attached again: a value put now is kept for the new handle.
         // SAFETY: this slot only ever holds a u8.
