@@ -88,6 +88,19 @@ fn finish(result: Result<c_int, c_int>) -> c_int {
     }
 }
 
+/// The `nfds` pollfds at `fds` as a slice (empty for none, whatever `fds` is).
+///
+/// # Safety
+/// For `nfds > 0`, `fds` points to `nfds` live, writable pollfds, not otherwise used meanwhile.
+unsafe fn entries<'a>(fds: *mut pollfd, nfds: nfds_t) -> &'a mut [pollfd] {
+    if nfds == 0 {
+        &mut []
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(fds, nfds as usize) }
+    }
+}
+
 /// `poll(2)`.
 ///
 /// # Safety
@@ -98,12 +111,8 @@ pub unsafe extern "C" fn poll(fds: *mut pollfd, nfds: nfds_t, timeout: c_int) ->
     if timeout == 0 || !scheduler::can_park_here() || (nfds > 0 && fds.is_null()) {
         return unsafe { real::poll(fds, nfds, timeout) };
     }
-    let entries: &mut [pollfd] = if nfds == 0 {
-        &mut []
-    } else {
-        // SAFETY: the caller passes `nfds` live pollfds at `fds`, as libc requires.
-        unsafe { std::slice::from_raw_parts_mut(fds, nfds as usize) }
-    };
+    // SAFETY: the caller passes `nfds` live pollfds at `fds`, as libc requires.
+    let entries = unsafe { entries(fds, nfds) };
     match green_poll("poll (hooked)", entries, deadline_after_millis(timeout)) {
         Some(result) => finish(result),
         None => unsafe { real::poll(fds, nfds, timeout) },
@@ -144,12 +153,8 @@ pub unsafe extern "C" fn ppoll(
             }
         }
     };
-    let entries: &mut [pollfd] = if nfds == 0 {
-        &mut []
-    } else {
-        // SAFETY: the caller passes `nfds` live pollfds at `fds`.
-        unsafe { std::slice::from_raw_parts_mut(fds, nfds as usize) }
-    };
+    // SAFETY: the caller passes `nfds` live pollfds at `fds`.
+    let entries = unsafe { entries(fds, nfds) };
     match green_poll("ppoll (hooked)", entries, deadline) {
         Some(result) => finish(result),
         None => unsafe { real::ppoll(fds, nfds, timeout, sigmask) },

@@ -162,14 +162,7 @@ impl Reactor {
         // turned into a green one with `from_std`): that registration gives way, or epoll
         // would refuse this one (EEXIST).
         #[cfg(feature = "hooks")]
-        {
-            let borrowed = self.borrowed.borrow();
-            let was_borrowed = !borrowed.is_empty() && borrowed.contains_key(&fd);
-            drop(borrowed);
-            if was_borrowed {
-                self.forget_borrowed(fd);
-            }
-        }
+        self.forget_borrowed(fd);
         let mut slab = self.slots.borrow_mut();
         let index = match slab.free.pop() {
             Some(index) => index,
@@ -258,8 +251,14 @@ impl Reactor {
     /// and the green threads waiting on it wake to find it closed.
     #[cfg_attr(not(feature = "hooks"), allow(dead_code))]
     pub(crate) fn forget_borrowed(&self, fd: RawFd) {
+        let mut borrowed = self.borrowed.borrow_mut();
+        // Most runtimes borrow no fd: then there is nothing to hash for.
+        if borrowed.is_empty() {
+            return;
+        }
         // Taken out first: dropping it deregisters, which borrows the slab.
-        let registration = self.borrowed.borrow_mut().remove(&fd);
+        let registration = borrowed.remove(&fd);
+        drop(borrowed);
         drop(registration);
     }
 
