@@ -540,23 +540,40 @@ impl<I, Y> Yielder<I, Y> {
         input
     }
 
-    /// [`suspend`](Yielder::suspend) for a caller that has already made sure the coroutine is
-    /// not unwinding, and whose coroutine is never suspended by user code (the scheduler's
-    /// green threads: `park` and `yield_now` refuse to switch while unwinding). Skips the
-    /// unwinding check and its bookkeeping, which are on every green thread's park otherwise.
+    /// Suspends this coroutine from whichever stack is running on its behalf: its own, or that
+    /// of a coroutine or greenlet it resumed or switched to, which is suspended in turn. For the
+    /// scheduler's green threads, whose parks may come from a generator or a greenlet running
+    /// inside the green thread: the switch goes to this coroutine's resumer (the scheduler),
+    /// whose `resume` records the stack pointer of the stack that actually suspended, so the
+    /// next `resume` continues exactly there. Skips `suspend`'s own-stack check and its unwinding
+    /// check and bookkeeping, which would be on every park otherwise (parks refuse to switch
+    /// while unwinding).
+    ///
+    /// An unwind request (the coroutine dropped while suspended here) unwinds the suspending
+    /// stack: a nested coroutine's or greenlet's root hands the panic to its resumer or parent,
+    /// which re-raises it, until it reaches this coroutine's root, which recognises it.
+    ///
+    /// # Safety
+    /// This coroutine is running: every stack between its own and the running one is
+    /// suspended inside it (a nested coroutine's `resume`, a greenlet switch made from a stack
+    /// of this coroutine's), and nothing but this coroutine's resumer can resume the stack that
+    /// suspends here. The caller is not unwinding.
     #[inline(always)]
-    pub(crate) fn suspend_not_unwinding(&self, value: Y) -> I {
+    pub(crate) unsafe fn suspend_on_behalf(&self, value: Y) -> I {
         debug_assert!(!std::thread::panicking());
-        self.switch_to_resumer(value)
-    }
-
-    /// Whether the code running now is on this yielder's own coroutine stack (so `suspend`
-    /// would not panic for being called from elsewhere): the same bounds `suspend` checks.
-    #[inline]
-    #[cfg_attr(not(feature = "hooks"), allow(dead_code))]
-    pub(crate) fn is_on_own_stack(&self) -> bool {
-        let here = arch::current_stack_pointer();
-        here >= self.stack_limit && here <= self as *const Self as usize
+        let message = Message::new(value);
+        // SAFETY: `resumer` is the context that resumed this coroutine and waits in its switch
+        // (the coroutine runs, per the contract); it moves `message` out before anything can
+        // resume this stack, and this frame stays alive until then. The resumer's `receive`
+        // records this stack's pointer as where the coroutine is suspended.
+        let transfer = unsafe { arch::suspend(self.resumer.get(), message.word()) };
+        self.resumer.set(transfer.from);
+        if transfer.data == UNWIND_REQUEST {
+            panic::resume_unwind(Box::new(ForcedUnwind(self as *const Self as usize)));
+        }
+        // SAFETY: a non-zero word from the resumer is the address of its input, which it has
+        // given up (ManuallyDrop) and keeps alive until we switch back.
+        unsafe { ptr::read(transfer.data as *const I) }
     }
 
     /// The switch of `suspend`: checks the yielder is used on its own stack, hands `value` to

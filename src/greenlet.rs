@@ -50,6 +50,33 @@
 //! assert!(child.is_dead());
 //! ```
 //!
+//! # Inside green threads
+//!
+//! Inside a green thread, greenlets are the green thread's own: its stack is their main
+//! greenlet, and a greenlet that sleeps, does green I/O or waits on a channel parks the green
+//! thread; the wake-up resumes that greenlet, still the running one, while every other green
+//! thread sees its own main and its own running greenlet:
+//!
+//! ```
+//! use greenweave::greenlet::{self, Greenlet};
+//! use std::time::Duration;
+//!
+//! greenweave::run(|| {
+//!     let child = Greenlet::new(|x: Option<u32>| {
+//!         greenweave::thread::sleep(Duration::from_millis(1)); // parks this green thread
+//!         x.map(|x| x + 1)
+//!     });
+//!     assert_eq!(child.switch(Some(1)), Some(2));
+//!     assert!(greenlet::current::<Option<u32>>().is_main());
+//! });
+//! ```
+//!
+//! A greenlet runs only where it was created: switching to (or throwing into) a greenlet of
+//! another green thread, or of the OS thread outside the runtime, panics, as Python refuses a
+//! switch to another thread's greenlet; dropping the last handle to such a greenlet leaks it
+//! (its destructors do not run) instead of killing it, since killing is a switch. The trace
+//! hook ([`set_trace`]) is per OS thread and sees every green thread's switches.
+//!
 //! Greenlets belong to their OS thread; a handle cannot be sent to another:
 //!
 //! ```compile_fail
@@ -236,6 +263,10 @@ impl<T: FromGreenletExit + 'static> Greenlet<T> {
     where
         F: FnOnce(T) -> T + 'static,
     {
+        let world = current_world();
+        if parent.world != world {
+            another_world(parent.id, "be the parent of a new greenlet");
+        }
         overflow::ensure_alt_stack();
         // SAFETY: the stack is fresh or recycled and owned by this record from here on; the
         // record is started at most once and its last message is taken by `arrive`.
@@ -244,6 +275,7 @@ impl<T: FromGreenletExit + 'static> Greenlet<T> {
             id: next_id(),
             waiting: Cell::new(Some(Expected::of::<T>())),
             context: Cell::new(start),
+            world,
             phase: Cell::new(Phase::Unstarted),
             parent: RefCell::new(Some(parent.clone())),
             stack: Cell::new(Some(stack)),
@@ -329,6 +361,16 @@ impl<T> Greenlet<T> {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "the main greenlet cannot have a parent",
+            ));
+        }
+        if parent.record.world != self.record.world {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "cannot make greenlet {} the parent of greenlet {}: they belong to different \
+                     green threads (or OS threads), and a greenlet only ever runs in its own",
+                    parent.record.id.0, self.record.id.0
+                ),
             ));
         }
         let mut ancestor = Some(parent.record.clone());
@@ -442,6 +484,10 @@ struct Record {
     /// `Some`, except between its own switch away and the receiver's `arrive`, which nothing
     /// else runs in.
     context: Cell<StackPointer>,
+    /// The main greenlet of the world it belongs to (itself, for a main greenlet): a switch
+    /// goes only between greenlets of one world (see [`World`]). Alive while this record is:
+    /// every record's parent chain ends at its world's main.
+    world: *const Record,
     phase: Cell<Phase>,
     id: GreenletId,
     /// `None` only for the main greenlet.
@@ -694,6 +740,107 @@ impl Drop for Teardown {
     }
 }
 
+/// The main greenlet of the running world (made now if it has none).
+#[inline]
+fn current_world() -> *const Record {
+    // SAFETY: the running greenlet is alive by its self count.
+    unsafe { (*current_ptr()).world }
+}
+
+/// The panic of a greenlet operation that would cross from one world to another.
+#[cold]
+#[inline(never)]
+fn another_world(target: GreenletId, what: &str) -> ! {
+    panic!(
+        "greenweave: greenlet {} belongs to another green thread (or to the OS thread outside \
+         the runtime) and cannot {what} from here; a greenlet runs only in the green thread (or \
+         plain OS thread) that created it, as a Python greenlet runs only in its own thread",
+        target.0
+    );
+}
+
+/// A set of greenlets that switch among one another: those of one green thread, or of an OS
+/// thread outside any runtime. Each has its own main greenlet (the green thread's own stack,
+/// or the OS thread's) and its own running greenlet.
+///
+/// The thread-locals `CURRENT` and `MAIN` describe the world of the code running now. The
+/// scheduler keeps every other world in a `World` and swaps: `run` stores the OS thread's
+/// world away while it runs (and the scheduler's own code runs with an empty world);
+/// `run_task` installs a green thread's world before resuming it and stores it back when it
+/// switches out, so a green thread parked inside a greenlet comes back to that greenlet as
+/// the running one, while every other green thread sees its own. A green thread that never
+/// uses greenlets has an empty world, and the two swaps are one test each.
+///
+/// Switches never cross worlds (each record knows its world's main, checked at every
+/// switch): a greenlet's stack may be a green thread's parked position, which only the
+/// scheduler may resume.
+pub(crate) struct World {
+    /// The running greenlet when the world was stored (untagged); null for an empty world.
+    current: Cell<*const Record>,
+    /// The world's main greenlet's self count (`Rc::into_raw`); null for an empty world.
+    main: Cell<*const Record>,
+}
+
+impl World {
+    /// A world with no greenlets yet (its main is made on first use).
+    pub(crate) const fn new() -> World {
+        World {
+            current: Cell::new(ptr::null()),
+            main: Cell::new(ptr::null()),
+        }
+    }
+
+    /// Makes this world the thread's; the thread's world must be empty. Leaves this one
+    /// empty.
+    #[inline(always)]
+    pub(crate) fn enter(&self) {
+        if !self.main.get().is_null() {
+            self.install();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn install(&self) {
+        MAIN.set(self.main.replace(ptr::null()));
+        set_current(self.current.replace(ptr::null()));
+    }
+
+    /// Takes the thread's world into this one (which must be empty), leaving the thread's
+    /// empty.
+    #[inline(always)]
+    pub(crate) fn leave(&self) {
+        if !MAIN.get().is_null() {
+            self.store();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn store(&self) {
+        self.main.set(MAIN.replace(ptr::null()));
+        self.current.set(current_or_null());
+        set_current(ptr::null());
+    }
+
+    /// Ends the stored world of a green thread that is over: gives up its main greenlet's
+    /// self count. Its other greenlets are gone by then, or are held from other worlds, which
+    /// can never switch to them (and leak rather than kill them when they drop them).
+    pub(crate) fn end(&self) {
+        self.current.set(ptr::null());
+        let main = self.main.replace(ptr::null());
+        if !main.is_null() {
+            // SAFETY: `main` is the world's main greenlet's self count, given up once, here.
+            drop(unsafe { Rc::from_raw(main) });
+        }
+    }
+
+    /// Whether it has no greenlets.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.main.get().is_null()
+    }
+}
+
 fn next_id() -> GreenletId {
     NEXT_ID.with(|next| {
         let id = next.get();
@@ -716,17 +863,20 @@ fn current_ptr() -> *const Record {
 
 #[cold]
 fn make_main() -> *const Record {
-    let main = Rc::new(Record {
+    let main = Rc::new_cyclic(|me| Record {
         id: GreenletId(0),
         waiting: Cell::new(None),
         // Never switched to: main's context is read only while it waits, which it first does
         // after a switch away, whose receiver writes the real one.
         context: Cell::new(StackPointer::from_addr(usize::MAX & !0xf).expect("not 0")),
+        world: me.as_ptr(),
         phase: Cell::new(Phase::Started),
         parent: RefCell::new(None),
         stack: Cell::new(None),
         kill: |_| {},
     });
+    // Releases the main greenlet of the world installed at thread exit: the OS thread's (a
+    // green thread's world is stored in its task by then, and ended by the scheduler).
     TEARDOWN.with(|_| {});
     let main = Rc::into_raw(main);
     MAIN.set(main);
@@ -781,10 +931,13 @@ fn transfer<T: FromGreenletExit + 'static>(
         Payload::Value(_) => Expected::is_exactly::<T>(waiting),
         Payload::Panic(_) => waiting.is_some(),
     };
-    if current.addr() & SLOW == 0 && takes_payload {
+    // SAFETY (the read of `world`): untagged, `current` is the running greenlet, alive by its
+    // self count.
+    if current.addr() & SLOW == 0 && takes_payload && unsafe { (*current).world } == target.world {
         // SAFETY: `target` waits, so its context is valid, and nothing ran since it was read;
         // `current`, untagged (so not null), is the running greenlet (not `target`, which
-        // waits); a value is a T, which `target` waits for; no hook is installed.
+        // waits), of `target`'s world; a value is a T, which `target` waits for; no hook is
+        // installed.
         unsafe { switch_to(current, target, target.context.get(), payload, 0) }
     } else {
         // Taken apart and rebuilt for the call, so that the payload is put in memory (where
@@ -810,6 +963,9 @@ fn transfer_slow<T: FromGreenletExit + 'static>(
 ) -> T {
     if TRACE.get().in_hook {
         switch_in_trace_hook(target.id);
+    }
+    if target.world != current_world() {
+        another_world(target.id, "be switched to or thrown into");
     }
     let redirected;
     let (target, payload, event) = if matches!(target.state(), State::Dead) {
@@ -1129,8 +1285,12 @@ fn kill_now(record: &Rc<Record>) {
 /// parent, so its result comes back here (and is dropped). `record` is about to be dropped by
 /// the caller.
 fn kill<T: FromGreenletExit + 'static>(record: &Rc<Record>) {
-    // During thread teardown CURRENT is gone: then the greenlet is leaked, not killed.
-    if current_or_null().is_null() {
+    // During thread teardown CURRENT is gone, and a greenlet of another world (its last handle
+    // dropped in another green thread) cannot be switched to from here: then the greenlet is
+    // leaked, not killed (its self count keeps the record, and its stack stays mapped).
+    let current = current_or_null();
+    // SAFETY: a non-null CURRENT is the running greenlet, alive by its self count.
+    if current.is_null() || unsafe { (*current).world } != record.world {
         return;
     }
     let previous = record.parent.replace(Some(current_record()));

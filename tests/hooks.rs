@@ -1217,15 +1217,14 @@ fn runtime_shutdown_ends_green_threads_parked_in_hooked_reads_and_sleeps_and_run
     assert_eq!(dropped.load(Ordering::SeqCst), 3);
 }
 
-// 11. Coroutines and unwinding get libc -------------------------------------------------------
+// 11. Coroutines and greenlets inside green threads park; unwinding gets libc ----------------
 
 #[test]
-fn a_coroutine_resumed_in_a_green_thread_gets_libc_sleeps_and_reads() {
+fn a_coroutine_resumed_in_a_green_thread_parks_it_on_std_sleeps_and_reads() {
     greenweave::run(|| {
         let (mut near, mut far) = UnixStream::pair().unwrap();
         far.write_all(b"data").unwrap();
-        let log = Log::default();
-        let (slept, data, timed_out) = with_other_green_thread(&log, "coroutine returned", || {
+        let (parked, (slept, data, timed_out)) = parks(|| {
             let mut coroutine = greenweave::Coroutine::<(), (), _>::new(move |_, ()| {
                 let started = Instant::now();
                 std::thread::sleep(Duration::from_millis(10));
@@ -1242,9 +1241,29 @@ fn a_coroutine_resumed_in_a_green_thread_gets_libc_sleeps_and_reads() {
         assert!(slept);
         assert_eq!(&data, b"data");
         assert_eq!(timed_out, std::io::ErrorKind::WouldBlock);
-        // The coroutine blocked the OS thread instead of parking: the other green thread ran
-        // only once it had returned.
-        assert_eq!(log.events(), ["coroutine returned", "other ran"]);
+        // The coroutine parked its green thread: the other green thread ran meanwhile.
+        assert!(
+            parked,
+            "the coroutine's sleep blocked the OS thread instead of parking"
+        );
+    });
+}
+
+#[test]
+fn a_greenlet_switched_to_in_a_green_thread_parks_it_on_a_std_sleep() {
+    greenweave::run(|| {
+        let (parked, value) = parks(|| {
+            let child = greenweave::greenlet::Greenlet::new(|x: Option<u32>| {
+                std::thread::sleep(Duration::from_millis(5));
+                x.map(|x| x + 1)
+            });
+            child.switch(Some(41))
+        });
+        assert_eq!(value, Some(42));
+        assert!(
+            parked,
+            "the greenlet's sleep blocked the OS thread instead of parking"
+        );
     });
 }
 

@@ -50,9 +50,10 @@
 //! | `socket`, `dup`, `dup2`, `dup3`, `setsockopt`, `fcntl`, `ioctl` | unchanged; they keep track of `O_NONBLOCK` and socket timeouts |
 //!
 //! **Everywhere else** (a plain OS thread, before or after `run`, the scheduler itself, the
-//! offload helpers, a coroutine or greenlet that a green thread resumed, a green thread that is
-//! unwinding) every hooked function is libc's: same results, same `errno`. Inside a green
-//! thread the program sees what libc would show it:
+//! offload helpers, a green thread that is unwinding) every hooked function is libc's: same
+//! results, same `errno`. A coroutine or greenlet running inside a green thread is part of it:
+//! its calls park the green thread, and the wake-up resumes that coroutine or greenlet. Inside
+//! a green thread the program sees what libc would show it:
 //! - A socket the program made non-blocking (`set_nonblocking`, `fcntl`, `ioctl(FIONBIO)`) and a
 //!   call with `MSG_DONTWAIT` get `EAGAIN`, never a park. The hooks never change an fd's mode:
 //!   socket calls are made with `MSG_DONTWAIT`, and `connect`/`accept` turn `O_NONBLOCK` on for

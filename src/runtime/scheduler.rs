@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::coroutine::CoroutineResult;
+use crate::greenlet::World;
 use crate::stack::Stack;
 use crate::sys::eventfd::EventFd;
 
@@ -219,11 +220,7 @@ impl Drop for TaskTable {
         // them now would be a panic while panicking.
         for task in self.slots.iter().flatten() {
             let coroutine = task.abandon();
-            if std::thread::panicking() {
-                std::mem::forget(coroutine);
-            } else {
-                drop(coroutine);
-            }
+            task.end_coroutine(coroutine, std::thread::panicking());
         }
     }
 }
@@ -286,35 +283,29 @@ pub(crate) fn notify(task: Rc<Task>, park: u64) -> bool {
     true
 }
 
+/// Whether the code running now runs on behalf of a green thread (on its stack or on one it
+/// resumed), as opposed to the scheduler itself or code outside any runtime.
+#[inline]
+pub(crate) fn in_green_thread() -> bool {
+    let scheduler = SCHEDULER.get();
+    // SAFETY: as in `with_scheduler`, the scheduler is alive while the pointer is set.
+    !scheduler.is_null() && unsafe { !(*scheduler).current.get().is_null() }
+}
+
 /// Whether this thread is inside a runtime.
 #[inline]
 pub(crate) fn in_runtime() -> bool {
     !SCHEDULER.get().is_null()
 }
 
-/// Whether the code running now may park: it runs on a green thread's own stack (not on the
-/// scheduler, another OS thread, or a coroutine or greenlet that a green thread resumed, whose
-/// stack the scheduler cannot resume), and that green thread is not unwinding. The hooks layer
-/// asks this before each call it might park; everywhere else a hooked call is libc's own.
+/// Whether the code running now may park: it runs on behalf of a green thread (on its own
+/// stack, or on a coroutine's or greenlet's that the green thread resumed or switched to; not
+/// on the scheduler or another OS thread), and that green thread is not unwinding. The hooks
+/// layer asks this before each call it might park; everywhere else a hooked call is libc's own.
 #[inline]
 #[cfg_attr(not(feature = "hooks"), allow(dead_code))]
 pub(crate) fn can_park_here() -> bool {
-    let scheduler = SCHEDULER.get();
-    if scheduler.is_null() {
-        return false;
-    }
-    // SAFETY: as in `with_scheduler`, the scheduler is alive while the pointer is set; the
-    // running task (if any) is kept alive by `run_task` while `current` points at it, and its
-    // yielder (set when its body started) lives in the root frame of its stack.
-    let on_own_stack = unsafe {
-        let task = (*scheduler).current.get();
-        if task.is_null() {
-            return false;
-        }
-        let yielder = (*task).yielder.get();
-        !yielder.is_null() && (*yielder).is_on_own_stack()
-    };
-    on_own_stack && !std::thread::panicking()
+    in_green_thread() && !std::thread::panicking()
 }
 
 /// The running green thread's name, for the stack-overflow report.
@@ -347,12 +338,17 @@ fn not_on_a_green_thread() -> ! {
     panic!("greenweave: this code must run on a green thread, not the scheduler");
 }
 
-/// Resets the thread's scheduler pointer when `run` ends, normally or by panic.
-struct EnterGuard;
+/// Resets the thread's scheduler pointer when `run` ends, normally or by panic, and gives the
+/// OS thread its greenlets back.
+struct EnterGuard {
+    /// The OS thread's greenlets (outside any green thread), stored away while `run` runs.
+    os_thread_greenlets: World,
+}
 
 impl Drop for EnterGuard {
     fn drop(&mut self) {
         SCHEDULER.set(std::ptr::null());
+        self.os_thread_greenlets.enter();
     }
 }
 
@@ -401,7 +397,11 @@ impl Scheduler {
             );
         }
         SCHEDULER.set(self);
-        EnterGuard
+        let os_thread_greenlets = World::new();
+        os_thread_greenlets.leave();
+        EnterGuard {
+            os_thread_greenlets,
+        }
     }
 
     /// Creates a task running `body` on `stack` and queues it. The body is handed its own
@@ -606,6 +606,7 @@ impl Scheduler {
             self.stall_entering(&task);
         }
         self.current.set(Rc::as_ptr(&task));
+        task.greenlets.enter();
         let outcome = {
             let mut coroutine = task.coroutine.borrow_mut();
             let coroutine = coroutine
@@ -613,6 +614,7 @@ impl Scheduler {
                 .expect("a runnable task has its coroutine");
             coroutine.resume(wake)
         };
+        task.greenlets.leave();
         self.current.set(std::ptr::null());
         match outcome {
             CoroutineResult::Yield(Suspend::Yield) => {
@@ -656,6 +658,7 @@ impl Scheduler {
         // Dropping the finished coroutine returns its stack to the pool now, not when the last
         // JoinHandle goes.
         drop(task.coroutine.borrow_mut().take());
+        task.greenlets.end();
         self.tasks.borrow_mut().remove(task.slot);
         if let Some((joiner, park)) = task.joiner.take() {
             self.unpark(joiner, park, Wake::Notified);
@@ -796,16 +799,14 @@ impl Scheduler {
         self.stubborn_tasks.set(0);
         for task in leftovers {
             let coroutine = task.abandon();
-            if task.is_stubborn() {
+            let stubborn = task.is_stubborn();
+            if stubborn {
                 report_abandoned(&task);
-                std::mem::forget(coroutine);
-            } else if std::thread::panicking() {
-                // `run` itself was called during an unwind (from a destructor): unwinding a
-                // stack now would be a panic while panicking, which aborts. Leak it instead.
-                std::mem::forget(coroutine);
-            } else {
-                drop(coroutine);
             }
+            // `run` itself may have been called during an unwind (from a destructor):
+            // unwinding a stack then would be a panic while panicking, which aborts. Leak it
+            // instead, as a stubborn one is.
+            task.end_coroutine(coroutine, stubborn || std::thread::panicking());
         }
         self.ready.clear();
     }
@@ -1035,13 +1036,24 @@ pub(crate) fn yield_now(what: &str) {
 
 /// Switches from the running green thread `task` back to the scheduler with `suspend`, and
 /// returns why it was resumed.
+///
+/// The running stack may be the green thread's own or that of a coroutine or greenlet running
+/// inside it (a generator that reads a socket, a greenlet that sleeps): the switch goes to the
+/// scheduler from there, and the scheduler's `resume` of the green thread's coroutine records
+/// that stack's pointer, so the wake-up resumes exactly the stack that parked. The stacks in
+/// between stay suspended where they were (a nested `Coroutine::resume`, a greenlet switch),
+/// and are unwound through, root by root, if the green thread is dropped while parked.
 #[inline]
 fn suspend_to_scheduler(task: &Task, suspend: Suspend) -> Wake {
     let yielder = task.yielder.get();
     // SAFETY: the yielder was set by this green thread's body when it started and lives in
-    // its root frame, which is alive (we are running on this stack). Only this function
-    // suspends it, and only from `park` and `yield_now`, which never switch while unwinding.
-    unsafe { &*yielder }.suspend_not_unwinding(suspend)
+    // its root frame, which is alive: this green thread runs (`run_task` resumed it and set
+    // it current), on its own stack or on one it resumed or switched to, each suspended in
+    // the one before. The stack suspending here is resumed only by the scheduler, through this
+    // coroutine (a coroutine is resumed only by its owner, which is suspended under it; a
+    // greenlet only from its own green thread's world, see `greenlet::World`). Only `park`
+    // and `yield_now` call this, and they never switch while unwinding.
+    unsafe { (*yielder).suspend_on_behalf(suspend) }
 }
 
 /// The deadline of a park whose own deadline is `deadline`, inside the `time::timeout` scope

@@ -16,6 +16,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use crate::coroutine::{Coroutine, Yielder};
+use crate::greenlet::World;
 
 use super::reactor::{Interest, ScheduledIo};
 
@@ -139,6 +140,9 @@ pub(crate) struct Task {
     pub(crate) joiner: Cell<Option<(Rc<Task>, u64)>>,
     /// Where the body leaves its result for the `JoinHandle`.
     pub(crate) result: ResultSlot,
+    /// Its greenlets, stored here while it does not run (installed by `run_task` while it
+    /// does); empty unless it has used greenlets.
+    pub(crate) greenlets: World,
 }
 
 impl Task {
@@ -160,6 +164,7 @@ impl Task {
             scope_deadline: Cell::new(None),
             joiner: Cell::new(None),
             result: ResultSlot::new(),
+            greenlets: World::new(),
         }
     }
 
@@ -170,6 +175,7 @@ impl Task {
     pub(crate) fn reuse(&mut self, id: u64, slot: usize, name: Option<Box<str>>) {
         debug_assert!(self.state.get() == TaskState::Finished);
         debug_assert!(self.coroutine.get_mut().is_none() && self.joiner.get_mut().is_none());
+        debug_assert!(self.greenlets.is_empty());
         self.id = id;
         self.slot = slot;
         self.name = name;
@@ -198,6 +204,20 @@ impl Task {
         self.waiting.set(None);
         drop(self.joiner.take());
         self.coroutine.borrow_mut().take()
+    }
+
+    /// Ends a coroutine taken from this task (by `abandon`): drops it, which unwinds its
+    /// stack, with the task's greenlets installed (the unwind may kill greenlets, which
+    /// switches to them), or leaks it; then ends the task's greenlet world.
+    pub(crate) fn end_coroutine(&self, coroutine: Option<TaskCoroutine>, leak: bool) {
+        if leak {
+            std::mem::forget(coroutine);
+        } else {
+            self.greenlets.enter();
+            drop(coroutine);
+            self.greenlets.leave();
+        }
+        self.greenlets.end();
     }
 
     /// Whether a green thread about to start should not run its body because it was cancelled
