@@ -144,7 +144,7 @@ fn greenlets_ping_pong_inside_a_green_thread_with_both_sides_sleeping() {
             log.push(format!("ping {ball}"));
             ball = pong.switch(Some(ball + 1)).unwrap();
         }
-        drop(pong.switch(Some(ball)));
+        assert_eq!(pong.switch(Some(ball)), Some(6));
         assert!(pong.is_dead());
         ticking.set(false);
         ticker.join().unwrap();
