@@ -1,11 +1,48 @@
-//! Stackful coroutines (green threads) for Rust, with hand-written context switches for
-//! x86_64 and aarch64.
+//! Stackful coroutines and green threads for Rust on Linux (x86_64 and aarch64), with
+//! hand-written context switches.
 //!
-//! Each coroutine runs on its own mmap'd [`Stack`] with a guard page below it. Running off the
-//! end of a stack is reported, never silent: the process prints which thread overflowed and
-//! aborts, as std does for OS threads.
+//! Every coroutine runs on its own mmap'd [`Stack`] with a guard page below it; running off the
+//! end is reported by name and aborts, as std does for OS threads. One fiber core serves three
+//! ways of using it, and they compose: a generator or a greenlet running inside a green thread
+//! parks that green thread when it waits.
 //!
-//! # Generator-style coroutines
+//! # Where to start
+//!
+//! | you want | start with |
+//! |---|---|
+//! | blocking-looking code that never blocks the OS thread (the gevent model) | [`run`] + [`spawn`], the std-shaped [`thread`], [`net`], [`sync`], [`time`] |
+//! | a generator: `resume` it, it `suspend`s values back | [`Coroutine`] |
+//! | explicit switching between coroutines (Python's greenlet) | [`greenlet`] |
+//!
+//! ## Green threads
+//!
+//! [`run`] starts a scheduler on the calling OS thread and runs its closure as the first green
+//! thread; [`spawn`] starts more. A read, accept, sleep, channel receive or lock that would
+//! wait parks only the green thread that called it; epoll or a timer wakes it.
+//!
+//! ```
+//! use greenweave::net::{TcpListener, TcpStream};
+//! use std::io::{Read, Write};
+//!
+//! greenweave::run(|| {
+//!     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+//!     let address = listener.local_addr().unwrap();
+//!     let server = greenweave::spawn(move || {
+//!         let (mut stream, _) = listener.accept().unwrap(); // parks until the client connects
+//!         let mut request = [0; 4];
+//!         stream.read_exact(&mut request).unwrap();
+//!         stream.write_all(b"pong").unwrap();
+//!     });
+//!     let mut client = TcpStream::connect(address).unwrap();
+//!     client.write_all(b"ping").unwrap();
+//!     let mut reply = String::new();
+//!     client.read_to_string(&mut reply).unwrap();
+//!     assert_eq!(reply, "pong");
+//!     server.join().unwrap();
+//! });
+//! ```
+//!
+//! ## Generators
 //!
 //! ```
 //! use greenweave::{Coroutine, CoroutineResult};
@@ -25,12 +62,47 @@
 //! assert_eq!(counter.resume(0), CoroutineResult::Return(15));
 //! ```
 //!
+//! ## Greenlets
+//!
+//! ```
+//! use greenweave::greenlet::{self, Greenlet};
+//!
+//! let child = Greenlet::new(|first: Option<u32>| {
+//!     let main = greenlet::current::<Option<u32>>().parent().unwrap();
+//!     let second = main.switch(first.map(|n| n * 2)); // to main, and back
+//!     second.map(|n| n + 1) // returning goes to the parent
+//! });
+//! assert_eq!(child.switch(Some(21)), Some(42));
+//! assert_eq!(child.switch(Some(1)), Some(2));
+//! ```
+//!
+//! # What blocks every green thread
+//!
+//! All green threads of a runtime share one OS thread. A call that blocks that OS thread
+//! stops every one of them until it returns:
+//!
+//! - **std's blocking I/O**: `std::net`, `std::os::unix::net`, `std::fs`, `std::io::stdin`, and
+//!   every crate built on them (HTTP clients, database drivers). Use [`net`] and
+//!   [`os::unix::net`] instead, [`unblock`] for work that must block, or the `hooks` feature.
+//! - **std's sleeps and locks**: `std::thread::sleep`, a `std::sync::Mutex` that a parked green thread holds,
+//!   `std::sync::mpsc` receives, `std::thread::JoinHandle::join`. Use [`thread::sleep`],
+//!   [`sync`]'s locks and channels, and [`thread::JoinHandle`].
+//! - **long computations** without a park: a green thread runs until it waits; call
+//!   [`thread::yield_now`] in long loops.
+//!
+//! With the cargo feature `hooks` (off by default), std's sockets and sleeps, and the crates
+//! and C libraries built on libc's calls, park only their green thread instead: see the
+//! `hooks` module and the README's "Making blocking code green". Files, `std::sync` locks and
+//! computations still block.
+//!
+//! std's `thread_local!` is per OS thread, so it is shared by every green thread of a runtime.
+//!
 //! # Layers
 //!
 //! `arch` (the assembly switch, one file per architecture) is used by `coroutine`, which runs
-//! closures on a `stack`; `overflow` turns a fault in a guard page into a report. See
-//! `ARCHITECTURE.md` in the repository for the data flow of a switch and where each invariant
-//! is kept.
+//! closures on a `stack`; `overflow` turns a fault in a guard page into a report; `runtime`
+//! schedules green threads on coroutines. See `ARCHITECTURE.md` in the repository for the data
+//! flow of a switch and of a park, and where each invariant is kept.
 
 #![warn(missing_docs)]
 #![deny(unsafe_op_in_unsafe_fn)]
