@@ -84,9 +84,9 @@
 //! - **std's blocking I/O**: `std::net`, `std::os::unix::net`, `std::fs`, `std::io::stdin`, and
 //!   every crate built on them (HTTP clients, database drivers). Use [`net`] and
 //!   [`os::unix::net`] instead, [`unblock`] for work that must block, or the `hooks` feature.
-//! - **std's sleeps and locks**: `std::thread::sleep`, a `std::sync::Mutex` that a parked green thread holds,
-//!   `std::sync::mpsc` receives, `std::thread::JoinHandle::join`. Use [`thread::sleep`],
-//!   [`sync`]'s locks and channels, and [`thread::JoinHandle`].
+//! - **std's sleeps and locks**: `std::thread::sleep`, a `std::sync::Mutex` that a parked
+//!   green thread holds, `std::sync::mpsc` receives, `std::thread::JoinHandle::join`. Use
+//!   [`thread::sleep`], [`sync`]'s locks and channels, and [`thread::JoinHandle`].
 //! - **long computations** without a park: a green thread runs until it waits; call
 //!   [`thread::yield_now`] in long loops.
 //!
