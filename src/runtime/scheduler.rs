@@ -837,10 +837,13 @@ fn report_abandoned(task: &Task) {
 
 /// Runs `main` as the first green thread of a new scheduler on this OS thread, then ends the
 /// remaining green threads, and returns what `main` returned (or re-raises its panic).
-pub(crate) fn run_main<T: 'static>(
+///
+/// `main` and its result may borrow from the caller (`'a`): every way out of this function
+/// ends the main green thread first (see the erasure below).
+pub(crate) fn run_main<'a, T: 'a>(
     default_stack_size: usize,
     stall_report: Option<Duration>,
-    main: impl FnOnce() -> T + 'static,
+    main: impl FnOnce() -> T + 'a,
 ) -> T {
     let stall_report = super::stall::threshold(stall_report);
     let scheduler = Scheduler::new(default_stack_size, stall_report)
@@ -850,9 +853,25 @@ pub(crate) fn run_main<T: 'static>(
         .unwrap_or_else(|error| panic!("greenweave: could not start a runtime: {error}"));
     let outcome: Rc<RefCell<Option<std::thread::Result<T>>>> = Rc::new(RefCell::new(None));
     let slot = outcome.clone();
-    let main_task = scheduler.spawn_task(Some("main".into()), stack, move |_| {
+    let body: Box<dyn FnOnce(&Task) + 'a> = Box::new(move |_| {
         *slot.borrow_mut() = Some(panic::catch_unwind(AssertUnwindSafe(main)));
     });
+    // SAFETY: only the lifetime is erased; the body (`main`, and the slot for its result) is
+    // never used after this function returns or unwinds. The body lives in the main task's
+    // coroutine, and the scheduler, which is never shared (`Rc` owned by this frame), ends
+    // every coroutine of its tasks before this frame goes, on every path out: `run_until`
+    // returns when the main green thread has finished (its body consumed); if it panics (the
+    // deadlock report, or anything else), the panic is caught and `shutdown` ends every task
+    // still alive by an unwind (the body's captures dropped) or, for one that kept catching
+    // its cancellation, by leaking its coroutine (`mem::forget`: its stack stays mapped and is
+    // never resumed, so the borrows frozen on it are never used); if `shutdown` itself panics,
+    // the scheduler's drop, on the way out of this frame, does the same (`TaskTable`'s
+    // destructor: unwind, or leak while panicking). No coroutine is ever dropped or resumed
+    // after that.
+    let body: Box<dyn FnOnce(&Task) + 'static> = unsafe {
+        std::mem::transmute::<Box<dyn FnOnce(&Task) + 'a>, Box<dyn FnOnce(&Task) + 'static>>(body)
+    };
+    let main_task = scheduler.spawn_task(Some("main".into()), stack, body);
     let finished = || main_task.state.get() == TaskState::Finished;
     let run = panic::catch_unwind(AssertUnwindSafe(|| {
         scheduler.run_until(finished, OnDeadlock::Panic)
