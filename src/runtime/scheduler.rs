@@ -93,7 +93,10 @@ pub(crate) struct Scheduler {
     /// allocating (at most `SPARE_TASKS`).
     spare_tasks: RefCell<Vec<Rc<Task>>>,
     runs_since_poll: Cell<u32>,
-    /// Unfinished tasks that caught their cancellation `SHUTDOWN_DELIVERIES` times.
+    /// Unfinished tasks that caught their cancellation `SHUTDOWN_DELIVERIES` times, plus
+    /// cancelled ones that wait for other green threads before they can end (a `thread::scope`
+    /// waiting for the green threads spawned in it, see `count_waiting_for_others`): shutdown
+    /// stops running green threads once only these are left.
     stubborn_tasks: Cell<usize>,
     pub(crate) default_stack_size: usize,
     /// The stall report's side of the runtime, while it is on (see `runtime::stall`).
@@ -467,6 +470,20 @@ impl Scheduler {
         }
     }
 
+    /// Counts (`true`) or uncounts (`false`) a cancelled green thread that cannot end before
+    /// other green threads do (a `thread::scope` waiting for the green threads it spawned)
+    /// with the stubborn ones: shutdown stops running green threads once only such ones are
+    /// left, rather than running for ever the stubborn ones they wait for. The caller uncounts
+    /// before its green thread ends; shutdown, which gives up on what is left, resets the count.
+    pub(crate) fn count_waiting_for_others(&self, waiting: bool) {
+        let count = self.stubborn_tasks.get();
+        self.stubborn_tasks.set(if waiting {
+            count + 1
+        } else {
+            count.saturating_sub(1)
+        });
+    }
+
     /// The running task.
     pub(crate) fn current_task(&self) -> Rc<Task> {
         let task = self.current_task_ref();
@@ -822,6 +839,22 @@ impl Task {
     }
 }
 
+/// Ends `task`, unfinished, whose runtime is ending without it, as shutdown ends its leftovers:
+/// marks it finished (`Task::abandon`) and unwinds its stack, or leaks it (never to be resumed)
+/// if it keeps catching its cancellation or the thread is unwinding. For a green thread that
+/// must not outlive another which is being ended (the green threads of a `thread::scope`, when
+/// the green thread in `scope` is abandoned: they borrow from its stack). Does nothing to a
+/// task already ended.
+pub(crate) fn end_abandoned(task: &Task) {
+    let coroutine = task.abandon();
+    if task.is_stubborn() || std::thread::panicking() {
+        // Reported by shutdown, which still holds the task.
+        std::mem::forget(coroutine);
+    } else {
+        drop(coroutine);
+    }
+}
+
 /// Says on stderr that shutdown gave up on `task`, which kept catching its cancellation.
 #[cold]
 fn report_abandoned(task: &Task) {
@@ -979,6 +1012,17 @@ pub(crate) fn park(
 /// still wait for the work it lent to another OS thread, and a park that raised again at once
 /// each time would spin instead of letting the other green threads run.
 pub(crate) fn park_uninterruptible(what: &str, wait: Wait) {
+    park_uninterruptible_with(what, wait, |_, _| {});
+}
+
+/// [`park_uninterruptible`] for a wait whose waker is another green thread: `register` runs
+/// with the task and its new park number before the switch, as in [`park`] (the wait of
+/// `thread::scope` for its green threads).
+pub(crate) fn park_uninterruptible_with(
+    what: &str,
+    wait: Wait,
+    mut register: impl FnMut(&Rc<Task>, u64),
+) {
     let task = with_scheduler(what, |scheduler| scheduler.current_task_ref());
     if std::thread::panicking() {
         wait_while_unwinding(what, wait, None);
@@ -988,6 +1032,7 @@ pub(crate) fn park_uninterruptible(what: &str, wait: Wait) {
     let task = ManuallyDrop::new(unsafe { Rc::from_raw(task) });
     let park = task.park_number.get() + 1;
     task.park_number.set(park);
+    register(&task, park);
     let request = ParkRequest {
         wait,
         deadline: None,
