@@ -76,13 +76,13 @@ type Payload = Box<dyn std::any::Any + Send + 'static>;
 ///     numbers.push(total);
 ///     assert_eq!(numbers, [1, 2, 3, 6]);
 ///
-///     // A value computed from borrowed data, through the join handle.
+///     // A value that borrows, through the join handle.
+///     let words = [String::from("green"), String::from("threads")];
 ///     let longest = thread::scope(|s| {
-///         let words = ["green", "threads", "scoped"];
-///         let handle = s.spawn(|| words.iter().copied().max_by_key(|word| word.len()));
+///         let handle = s.spawn(|| words.iter().max_by_key(|word| word.len()));
 ///         handle.join().unwrap()
 ///     });
-///     assert_eq!(longest, Some("threads"));
+///     assert_eq!(longest.map(String::as_str), Some("threads"));
 /// });
 /// ```
 #[track_caller]
