@@ -1,5 +1,6 @@
 //! Green threads, in the shape of `std::thread`: [`spawn`], [`Builder`], [`JoinHandle`],
-//! [`sleep`], [`yield_now`], [`current`].
+//! [`sleep`], [`yield_now`], [`current`], and [`scope`], whose green threads may borrow from
+//! the caller (they all end before `scope` returns).
 //!
 //! Every function here must be called from a green thread, that is, inside
 //! [`greenweave::run`](crate::run); outside one it panics with a message that says so.
@@ -19,6 +20,10 @@ use std::time::{Duration, Instant};
 use crate::runtime::scheduler::{self, Cancelled, with_scheduler};
 use crate::runtime::task::{Task, TaskState, Wait, Wake};
 use crate::stack::{Stack, pool};
+
+mod scope;
+
+pub use scope::{Scope, ScopedJoinHandle, scope};
 
 /// Spawns a green thread running `f` with the runtime's default stack, and returns a handle to
 /// join it.

@@ -23,6 +23,11 @@ use crate::stack::Stack;
 /// Runs `main` as the first green thread of a new runtime on the current OS thread and
 /// returns its value.
 ///
+/// `main` may borrow from the caller, and its value may too: the main green thread always ends
+/// before `run` returns (as the closure of `std::thread::scope` does). Green threads it starts
+/// with [`spawn`](crate::spawn) may not borrow (they are `'static`, see below);
+/// [`thread::scope`](crate::thread::scope) starts green threads that may.
+///
 /// Inside `main`, [`spawn`](crate::spawn) starts more green threads, and blocking-looking calls
 /// ([`sleep`](crate::thread::sleep), reads and writes on [`net`](crate::net) sockets, joins)
 /// park only the calling green thread while the others run. When `main` returns, green threads
@@ -57,7 +62,32 @@ use crate::stack::Stack;
 /// });
 /// assert_eq!(sum, 3);
 /// ```
-pub fn run<T: 'static>(main: impl FnOnce() -> T + 'static) -> T {
+///
+/// Borrowing from the caller:
+///
+/// ```
+/// let mut log = Vec::new();
+/// let text = String::from("green threads");
+/// let first_word = greenweave::run(|| {
+///     log.push("started");
+///     greenweave::thread::yield_now();
+///     log.push("done");
+///     text.split(' ').next().unwrap() // borrows `text`, and is returned from `run`
+/// });
+/// assert_eq!(first_word, "green");
+/// assert_eq!(log, ["started", "done"]);
+/// ```
+///
+/// A green thread spawned with [`spawn`](crate::spawn) may outlive the main one (it is
+/// cancelled when `main` returns, but only then), so it cannot borrow from `run`'s caller:
+///
+/// ```compile_fail,E0373
+/// let mut log = Vec::new();
+/// greenweave::run(|| {
+///     greenweave::spawn(|| log.push(1)).join().unwrap();
+/// });
+/// ```
+pub fn run<T>(main: impl FnOnce() -> T) -> T {
     Runtime::new().run(main)
 }
 
@@ -94,7 +124,7 @@ impl Runtime {
     }
 
     /// Runs `main` as the first green thread, as [`run`] does, with this configuration.
-    pub fn run<T: 'static>(&self, main: impl FnOnce() -> T + 'static) -> T {
+    pub fn run<T>(&self, main: impl FnOnce() -> T) -> T {
         scheduler::run_main(self.stack_size, self.stall_report, main)
     }
 }

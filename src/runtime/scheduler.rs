@@ -94,7 +94,10 @@ pub(crate) struct Scheduler {
     /// allocating (at most `SPARE_TASKS`).
     spare_tasks: RefCell<Vec<Rc<Task>>>,
     runs_since_poll: Cell<u32>,
-    /// Unfinished tasks that caught their cancellation `SHUTDOWN_DELIVERIES` times.
+    /// Unfinished tasks that caught their cancellation `SHUTDOWN_DELIVERIES` times, plus
+    /// cancelled ones that wait for other green threads before they can end (a `thread::scope`
+    /// waiting for the green threads spawned in it, see `count_waiting_for_others`): shutdown
+    /// stops running green threads once only these are left.
     stubborn_tasks: Cell<usize>,
     pub(crate) default_stack_size: usize,
     /// The stall report's side of the runtime, while it is on (see `runtime::stall`).
@@ -467,6 +470,20 @@ impl Scheduler {
         }
     }
 
+    /// Counts (`true`) or uncounts (`false`) a cancelled green thread that cannot end before
+    /// other green threads do (a `thread::scope` waiting for the green threads it spawned)
+    /// with the stubborn ones: shutdown stops running green threads once only such ones are
+    /// left, rather than running for ever the stubborn ones they wait for. The caller uncounts
+    /// before its green thread ends; shutdown, which gives up on what is left, resets the count.
+    pub(crate) fn count_waiting_for_others(&self, waiting: bool) {
+        let count = self.stubborn_tasks.get();
+        self.stubborn_tasks.set(if waiting {
+            count + 1
+        } else {
+            count.saturating_sub(1)
+        });
+    }
+
     /// The running task.
     pub(crate) fn current_task(&self) -> Rc<Task> {
         let task = self.current_task_ref();
@@ -823,6 +840,22 @@ impl Task {
     }
 }
 
+/// Ends `task`, unfinished, whose runtime is ending without it, as shutdown ends its leftovers:
+/// marks it finished (`Task::abandon`) and unwinds its stack, or leaks it (never to be resumed)
+/// if it keeps catching its cancellation or the thread is unwinding. For a green thread that
+/// must not outlive another which is being ended (the green threads of a `thread::scope`, when
+/// the green thread in `scope` is abandoned: they borrow from its stack). Does nothing to a
+/// task already ended.
+pub(crate) fn end_abandoned(task: &Task) {
+    let coroutine = task.abandon();
+    if task.is_stubborn() || std::thread::panicking() {
+        // Reported by shutdown, which still holds the task.
+        std::mem::forget(coroutine);
+    } else {
+        drop(coroutine);
+    }
+}
+
 /// Says on stderr that shutdown gave up on `task`, which kept catching its cancellation.
 #[cold]
 fn report_abandoned(task: &Task) {
@@ -838,10 +871,13 @@ fn report_abandoned(task: &Task) {
 
 /// Runs `main` as the first green thread of a new scheduler on this OS thread, then ends the
 /// remaining green threads, and returns what `main` returned (or re-raises its panic).
-pub(crate) fn run_main<T: 'static>(
+///
+/// `main` and its result may borrow from the caller (`'a`): every way out of this function
+/// ends the main green thread first (see the erasure below).
+pub(crate) fn run_main<'a, T: 'a>(
     default_stack_size: usize,
     stall_report: Option<Duration>,
-    main: impl FnOnce() -> T + 'static,
+    main: impl FnOnce() -> T + 'a,
 ) -> T {
     let stall_report = super::stall::threshold(stall_report);
     let scheduler = Scheduler::new(default_stack_size, stall_report)
@@ -851,9 +887,25 @@ pub(crate) fn run_main<T: 'static>(
         .unwrap_or_else(|error| panic!("greenweave: could not start a runtime: {error}"));
     let outcome: Rc<RefCell<Option<std::thread::Result<T>>>> = Rc::new(RefCell::new(None));
     let slot = outcome.clone();
-    let main_task = scheduler.spawn_task(Some("main".into()), stack, move |_| {
+    let body: Box<dyn FnOnce(&Task) + 'a> = Box::new(move |_| {
         *slot.borrow_mut() = Some(panic::catch_unwind(AssertUnwindSafe(main)));
     });
+    // SAFETY: only the lifetime is erased; the body (`main`, and the slot for its result) is
+    // never used after this function returns or unwinds. The body lives in the main task's
+    // coroutine, and the scheduler, which is never shared (`Rc` owned by this frame), ends
+    // every coroutine of its tasks before this frame goes, on every path out: `run_until`
+    // returns when the main green thread has finished (its body consumed); if it panics (the
+    // deadlock report, or anything else), the panic is caught and `shutdown` ends every task
+    // still alive by an unwind (the body's captures dropped) or, for one that kept catching
+    // its cancellation, by leaking its coroutine (`mem::forget`: its stack stays mapped and is
+    // never resumed, so the borrows frozen on it are never used); if `shutdown` itself panics,
+    // the scheduler's drop, on the way out of this frame, does the same (`TaskTable`'s
+    // destructor: unwind, or leak while panicking). No coroutine is ever dropped or resumed
+    // after that.
+    let body: Box<dyn FnOnce(&Task) + 'static> = unsafe {
+        std::mem::transmute::<Box<dyn FnOnce(&Task) + 'a>, Box<dyn FnOnce(&Task) + 'static>>(body)
+    };
+    let main_task = scheduler.spawn_task(Some("main".into()), stack, body);
     let finished = || main_task.state.get() == TaskState::Finished;
     let run = panic::catch_unwind(AssertUnwindSafe(|| {
         scheduler.run_until(finished, OnDeadlock::Panic)
@@ -961,6 +1013,17 @@ pub(crate) fn park(
 /// still wait for the work it lent to another OS thread, and a park that raised again at once
 /// each time would spin instead of letting the other green threads run.
 pub(crate) fn park_uninterruptible(what: &str, wait: Wait) {
+    park_uninterruptible_with(what, wait, |_, _| {});
+}
+
+/// [`park_uninterruptible`] for a wait whose waker is another green thread: `register` runs
+/// with the task and its new park number before the switch, as in [`park`] (the wait of
+/// `thread::scope` for its green threads).
+pub(crate) fn park_uninterruptible_with(
+    what: &str,
+    wait: Wait,
+    mut register: impl FnMut(&Rc<Task>, u64),
+) {
     let task = with_scheduler(what, |scheduler| scheduler.current_task_ref());
     if std::thread::panicking() {
         wait_while_unwinding(what, wait, None);
@@ -970,6 +1033,7 @@ pub(crate) fn park_uninterruptible(what: &str, wait: Wait) {
     let task = ManuallyDrop::new(unsafe { Rc::from_raw(task) });
     let park = task.park_number.get() + 1;
     task.park_number.set(park);
+    register(&task, park);
     let request = ParkRequest {
         wait,
         deadline: None,

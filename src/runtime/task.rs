@@ -47,6 +47,8 @@ pub(crate) enum Wait {
     /// A green synchronisation primitive (channel, lock, event...), woken by another green
     /// thread (or by a remote sender, which the scheduler counts separately).
     Sync(&'static str),
+    /// `thread::scope` waiting for this many green threads spawned in it to end.
+    Scope(usize),
 }
 
 impl Wait {
@@ -65,6 +67,14 @@ impl fmt::Display for Wait {
             Wait::Join(id) => write!(f, "joining green thread {id}"),
             Wait::Remote(what) => write!(f, "waiting for {what} on another OS thread"),
             Wait::Sync(what) => write!(f, "waiting on {what}"),
+            Wait::Scope(1) => write!(
+                f,
+                "waiting in thread::scope for 1 green thread spawned in it"
+            ),
+            Wait::Scope(running) => write!(
+                f,
+                "waiting in thread::scope for {running} green threads spawned in it"
+            ),
         }
     }
 }
