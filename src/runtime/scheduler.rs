@@ -848,12 +848,8 @@ impl Task {
 /// task already ended.
 pub(crate) fn end_abandoned(task: &Task) {
     let coroutine = task.abandon();
-    if task.is_stubborn() || std::thread::panicking() {
-        // Reported by shutdown, which still holds the task.
-        std::mem::forget(coroutine);
-    } else {
-        drop(coroutine);
-    }
+    // A stubborn one is reported by shutdown, which still holds the task.
+    task.end_coroutine(coroutine, task.is_stubborn() || std::thread::panicking());
 }
 
 /// Says on stderr that shutdown gave up on `task`, which kept catching its cancellation.

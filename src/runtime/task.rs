@@ -223,9 +223,14 @@ impl Task {
         if leak {
             std::mem::forget(coroutine);
         } else {
+            // The world in place (another green thread's, when a scope's owner being unwound
+            // ends its children) is stored aside meanwhile.
+            let outer = World::new();
+            outer.leave();
             self.greenlets.enter();
             drop(coroutine);
             self.greenlets.leave();
+            outer.enter();
         }
         self.greenlets.end();
     }
