@@ -286,3 +286,43 @@ fn a_call_given_up_on_before_a_helper_took_it_never_runs_and_its_closure_is_drop
         "its closure was dropped once"
     );
 }
+
+#[test]
+fn ip_literal_strings_connect_without_the_pool_and_hostnames_resolve_on_it() {
+    use greenweave::net::{TcpListener, TcpStream, UdpSocket};
+    use greenweave::runtime::offload::jobs_handed_out;
+
+    greenweave::run(|| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let before = jobs_handed_out();
+        let literal = format!("127.0.0.1:{port}");
+        for stream in [
+            TcpStream::connect(literal.as_str()),
+            TcpStream::connect(literal.clone()),
+            TcpStream::connect(&literal),
+            TcpStream::connect(("127.0.0.1", port)),
+            TcpStream::connect((String::from("127.0.0.1"), port)),
+        ] {
+            let stream = stream.unwrap();
+            assert_eq!(stream.peer_addr().unwrap().port(), port);
+        }
+        // An IPv6 literal is parsed too; whether the machine has IPv6 decides only the result.
+        let v6 = UdpSocket::bind(("::1", 0));
+        if let Ok(socket) = &v6 {
+            assert_eq!(
+                socket.local_addr().unwrap().ip(),
+                std::net::Ipv6Addr::LOCALHOST
+            );
+        }
+        let _ = UdpSocket::bind("[::1]:0");
+        assert_eq!(jobs_handed_out(), before, "no literal went to the pool");
+
+        let by_name = TcpStream::connect(format!("localhost:{port}")).unwrap();
+        assert_eq!(by_name.peer_addr().unwrap().port(), port);
+        assert!(
+            jobs_handed_out() > before,
+            "the hostname was resolved on the pool"
+        );
+    });
+}
