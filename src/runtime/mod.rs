@@ -4,11 +4,13 @@
 //! Layout: `scheduler` (ready queue, the loop, `park`, deadlock detection, shutdown), `task`
 //! (a green thread as the scheduler sees it), `timer` (deadline heap), `reactor` (epoll and
 //! per-fd readiness), `offload` (running a blocking call on another OS thread while the green
-//! thread parks), `stall` (the stall report's watchdog, see [`Builder::stall_report`]). The
+//! thread parks), `stall` (the stall report's watchdog, see [`Builder::stall_report`]),
+//! `panic_report` (the panic hook that names the green thread, see [`run`]). The
 //! public face is [`run`], [`Runtime`] and [`Builder`]; green threads themselves are in
 //! [`crate::thread`], sockets in [`crate::net`].
 
 pub mod offload;
+mod panic_report;
 pub(crate) mod reactor;
 pub(crate) mod scheduler;
 mod stall;
@@ -36,6 +38,19 @@ use crate::stack::Stack;
 /// `main` runs on an 8 MiB stack, as std gives the main thread, so recursive code that works
 /// in a plain `main` works here too; spawned green threads get 256 KiB by default (see
 /// [`Builder::main_stack_size`] and [`Builder::stack_size`]).
+///
+/// A panic in a green thread is reported on stderr under the green thread's name as well as
+/// the OS thread's, in std's format otherwise (`RUST_BACKTRACE` included):
+///
+/// ```text
+/// thread 'main' (4242), green thread 'worker-3' (id 4), panicked at src/main.rs:7:9:
+/// ```
+///
+/// `green thread <unnamed> (id 5)` names one spawned without a name. For this the first `run`
+/// in the process installs a panic hook, once, around the hook in place then: if that is std's
+/// default, it writes the report above in a green thread and calls std's elsewhere; if the
+/// program installed its own hook before, it calls that hook unchanged for every panic. A
+/// hook the program installs later replaces it, as `std::panic::set_hook` always does.
 ///
 /// # Panics
 /// If called from inside a runtime; if the runtime cannot be created (no epoll or eventfd);
@@ -108,6 +123,7 @@ impl Runtime {
 
     /// Runs `main` as the first green thread, as [`run`] does, with this configuration.
     pub fn run<T: 'static>(&self, main: impl FnOnce() -> T + 'static) -> T {
+        panic_report::install();
         scheduler::run_main(self, main)
     }
 }

@@ -342,6 +342,22 @@ unsafe fn current_green_name() -> Option<&'static [u8]> {
     }
 }
 
+/// The running green thread as the deadlock report names it (`'worker' (id 3)`), or `None`
+/// outside one (no runtime on this thread, or the scheduler itself runs). For the panic hook
+/// (`runtime::panic_report`): never panics.
+pub(crate) fn describe_running_green_thread() -> Option<String> {
+    let scheduler = SCHEDULER.get();
+    if scheduler.is_null() {
+        return None;
+    }
+    // SAFETY: as in `with_scheduler`, the scheduler is alive while the pointer is set; the
+    // running task (if any) is kept alive by `run_task` while `current` points at it.
+    unsafe {
+        let task = (*scheduler).current.get();
+        (!task.is_null()).then(|| (*task).describe())
+    }
+}
+
 /// The panic of code that needs a running green thread but runs on the scheduler itself.
 #[cold]
 #[inline(never)]
