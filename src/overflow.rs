@@ -6,7 +6,8 @@
 //! none.
 //!
 //! A fault inside one of our guard pages prints
-//! `green thread '<name>' on thread '<os thread>' has overflowed its stack (<size> KiB)` and
+//! `green thread '<name>' on thread '<os thread>' has overflowed its stack (<size> KiB)`, then
+//! a line on how to give each kind of coroutine a larger stack ([`STACK_SIZE_HELP`]), and
 //! aborts, like std's report for an OS thread. Any other fault goes to the handler that was
 //! installed before ours (std's, which reports main-thread and std-thread overflows), or to the
 //! default action.
@@ -288,13 +289,16 @@ fn report_overflow_and_abort(stack_bytes: usize) -> ! {
         // SAFETY: the source's contract: async-signal-safe, valid for the current thread.
         unsafe { source() }
     };
-    message.push(green_name.unwrap_or(b"<unnamed>"));
+    let green_name = green_name.unwrap_or(b"<unnamed>");
+    // Cut a long name short so that the advice and the last line always fit.
+    message.push(&green_name[..green_name.len().min(128)]);
     message.push(b"' on thread '");
     message.push(os_thread_name(&mut thread_name));
     message.push(b"' has overflowed its stack (");
     message.push_decimal(stack_bytes / 1024);
-    message
-        .push(b" KiB)\nfatal runtime error: stack overflow in a greenweave coroutine, aborting\n");
+    message.push(b" KiB)\n");
+    message.push(STACK_SIZE_HELP);
+    message.push(b"\nfatal runtime error: stack overflow in a greenweave coroutine, aborting\n");
     // SAFETY: write(2) and abort(3) are async-signal-safe (and libc's `write` was resolved at
     // load time, with the hooks on); the buffer is valid for its length.
     unsafe {
@@ -306,6 +310,15 @@ fn report_overflow_and_abort(stack_bytes: usize) -> ! {
         libc::abort()
     }
 }
+
+/// The overflow report's advice. The handler cannot tell which kind of stack overflowed (a
+/// spawned green thread's, `run`'s main one, a coroutine's inside either), so it names the
+/// setting for each.
+const STACK_SIZE_HELP: &[u8] = b"help: give it a larger stack: \
+    greenweave::thread::Builder::stack_size for a spawned green thread \
+    (Runtime::builder().stack_size for all of them), \
+    Runtime::builder().main_stack_size for the main green thread of run (8 MiB by default), \
+    the Stack given to a Coroutine or Greenlet";
 
 /// The OS thread's name as std reports it (`main`, `<unnamed>`, or the name given to
 /// `thread::Builder`), recorded in [`THREAD_NAME`] when the thread made its first coroutine.
@@ -355,14 +368,14 @@ fn record_thread_name() {
 
 /// A fixed-size byte buffer for composing a message without allocating.
 struct MessageBuffer {
-    bytes: [u8; 256],
+    bytes: [u8; 512],
     len: usize,
 }
 
 impl MessageBuffer {
     fn new() -> Self {
         MessageBuffer {
-            bytes: [0; 256],
+            bytes: [0; 512],
             len: 0,
         }
     }

@@ -433,35 +433,6 @@ fn unblock_lets_the_other_ready_green_threads_run_even_when_its_work_is_already_
 }
 
 #[test]
-fn unblock_in_a_timeout_that_elapses_keeps_letting_other_green_threads_run_until_its_helper_returns()
- {
-    greenweave::run(|| {
-        let (signal, signalled) = std::sync::mpsc::channel::<()>();
-        // Runs only if the caller, once its scope has elapsed, still parks while it waits.
-        let releaser = greenweave::spawn(move || {
-            thread::sleep(Duration::from_millis(50));
-            signal.send(()).unwrap();
-        });
-        let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let helper_released = released.clone();
-        let outcome = timeout(Duration::from_millis(5), || {
-            // The helper waits for the releaser (a bounded wait, so a caller that spun
-            // instead fails this test rather than hanging it).
-            greenweave::unblock(move || {
-                let got = signalled.recv_timeout(Duration::from_secs(10)).is_ok();
-                helper_released.store(got, std::sync::atomic::Ordering::SeqCst);
-            })
-        });
-        assert!(outcome.is_err(), "the scope elapsed while unblock waited");
-        assert!(
-            released.load(std::sync::atomic::Ordering::SeqCst),
-            "the releaser ran while the caller waited for its helper"
-        );
-        releaser.join().unwrap();
-    });
-}
-
-#[test]
 fn a_panic_in_unblock_is_raised_in_the_calling_green_thread() {
     greenweave::run(|| {
         let outcome = panic::catch_unwind(AssertUnwindSafe(|| {

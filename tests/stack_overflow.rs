@@ -364,3 +364,83 @@ fn a_body_that_with_stack_accepts_runs_without_overflowing() {
         outcome.describe()
     );
 }
+
+#[test]
+fn overflowing_a_spawned_green_thread_says_which_settings_give_it_a_larger_stack() {
+    let outcome = run_in_child(
+        "overflowing_a_spawned_green_thread_says_which_settings_give_it_a_larger_stack",
+        || {
+            greenweave::run(|| {
+                greenweave::thread::Builder::new()
+                    .name("worker".to_owned())
+                    .spawn(|| recurse_forever(0))
+                    .unwrap()
+                    .join()
+                    .unwrap()
+            });
+        },
+    );
+    common::assert_aborted_saying(
+        &outcome,
+        "' has overflowed its stack (256 KiB)\n\
+         help: give it a larger stack: greenweave::thread::Builder::stack_size for a spawned \
+         green thread (Runtime::builder().stack_size for all of them), \
+         Runtime::builder().main_stack_size for the main green thread of run (8 MiB by default), \
+         the Stack given to a Coroutine or Greenlet\n\
+         fatal runtime error: stack overflow in a greenweave coroutine, aborting",
+    );
+    assert!(
+        outcome.stderr.contains("green thread 'worker' on thread '"),
+        "{}",
+        outcome.describe()
+    );
+}
+
+/// Recurses `depth` deep with a 64-byte array live in every frame: 20,000 levels need more
+/// than a 256 KiB stack, and fit std's 8 MiB main thread.
+#[inline(never)]
+fn recurse_with_a_live_array(depth: u32) -> u64 {
+    let mut frame = [0u8; 64];
+    frame[0] = depth as u8;
+    black_box(&mut frame);
+    if depth == 0 {
+        return 0;
+    }
+    recurse_with_a_live_array(depth - 1) + u64::from(black_box(frame)[0])
+}
+
+#[test]
+fn the_main_green_thread_of_run_fits_a_20000_deep_recursion_as_std_main_does() {
+    // In a child: without the room, the recursion aborts the process.
+    let outcome = run_in_child(
+        "the_main_green_thread_of_run_fits_a_20000_deep_recursion_as_std_main_does",
+        || {
+            let sum = greenweave::run(|| recurse_with_a_live_array(20_000));
+            let expected: u64 = (1..=20_000u32).map(|depth| u64::from(depth as u8)).sum();
+            std::process::exit(if sum == expected { 0 } else { 1 });
+        },
+    );
+    assert!(outcome.status.success(), "{}", outcome.describe());
+}
+
+#[test]
+fn a_main_stack_size_too_small_for_a_recursion_overflows_where_the_default_does_not() {
+    // The setting is honoured: the same recursion overflows a 256 KiB main green thread.
+    let outcome = run_in_child(
+        "a_main_stack_size_too_small_for_a_recursion_overflows_where_the_default_does_not",
+        || {
+            let runtime = greenweave::Runtime::builder()
+                .main_stack_size(256 * 1024)
+                .build()
+                .unwrap();
+            runtime.run(|| recurse_with_a_live_array(20_000));
+            std::process::exit(0);
+        },
+    );
+    common::assert_aborted_saying(&outcome, "has overflowed its stack (256 KiB)");
+    assert!(
+        outcome.stderr.contains("green thread 'main' on thread '"),
+        "{}",
+        outcome.describe()
+    );
+}

@@ -101,9 +101,9 @@ impl UdpSocket {
     }
 
     /// Sends `buf` as one datagram to `addr`, as std's: a name that resolves to several
-    /// addresses is sent to the first. Any `addr`, even a `SocketAddr`, is resolved on another
-    /// OS thread (std's `ToSocketAddrs` does not say which ones would block), so a
-    /// connected socket and [`send`](Self::send) are cheaper for many datagrams to one peer.
+    /// addresses is sent to the first. An address or IP literal is used at once; a hostname is
+    /// resolved on the runtime's blocking pool at every call, so a connected socket and
+    /// [`send`](Self::send) are cheaper for many datagrams to a named peer.
     ///
     /// # Errors
     /// Those of std; `TimedOut` past the write timeout.

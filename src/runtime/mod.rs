@@ -4,11 +4,13 @@
 //! Layout: `scheduler` (ready queue, the loop, `park`, deadlock detection, shutdown), `task`
 //! (a green thread as the scheduler sees it), `timer` (deadline heap), `reactor` (epoll and
 //! per-fd readiness), `offload` (running a blocking call on another OS thread while the green
-//! thread parks), `stall` (the stall report's watchdog, see [`Builder::stall_report`]). The
+//! thread parks), `stall` (the stall report's watchdog, see [`Builder::stall_report`]),
+//! `panic_report` (the panic hook that names the green thread, see [`run`]). The
 //! public face is [`run`], [`Runtime`] and [`Builder`]; green threads themselves are in
 //! [`crate::thread`], sockets in [`crate::net`].
 
 pub mod offload;
+mod panic_report;
 pub(crate) mod reactor;
 pub(crate) mod scheduler;
 mod stall;
@@ -37,6 +39,23 @@ use crate::stack::Stack;
 /// cancellation (it is raised again at every park point) is given up on after 64 deliveries,
 /// its stack leaked with a line on stderr naming it. A destructor that panics during one of
 /// these unwinds aborts the process, as in any Rust unwind.
+///
+/// `main` runs on an 8 MiB stack, as std gives the main thread, so recursive code that works
+/// in a plain `main` works here too; spawned green threads get 256 KiB by default (see
+/// [`Builder::main_stack_size`] and [`Builder::stack_size`]).
+///
+/// A panic in a green thread is reported on stderr under the green thread's name as well as
+/// the OS thread's, in std's format otherwise (`RUST_BACKTRACE` included):
+///
+/// ```text
+/// thread 'main' (4242), green thread 'worker-3' (id 4), panicked at src/main.rs:7:9:
+/// ```
+///
+/// `green thread <unnamed> (id 5)` names one spawned without a name. For this the first `run`
+/// in the process installs a panic hook, once, around the hook in place then: if that is std's
+/// default, it writes the report above in a green thread and calls std's elsewhere; if the
+/// program installed its own hook before, it calls that hook unchanged for every panic. A
+/// hook the program installs later replaces it, as `std::panic::set_hook` always does.
 ///
 /// # Panics
 /// If called from inside a runtime; if the runtime cannot be created (no epoll or eventfd);
@@ -103,15 +122,22 @@ pub fn run<T>(main: impl FnOnce() -> T) -> T {
 #[derive(Debug, Clone)]
 pub struct Runtime {
     stack_size: usize,
+    main_stack_size: usize,
     stall_report: Option<Duration>,
+    max_blocking_threads: usize,
 }
+
+/// The main green thread's stack size unless configured: std's main thread gets 8 MiB.
+const MAIN_STACK_SIZE: usize = 8 * 1024 * 1024;
 
 impl Runtime {
     /// A runtime with the default settings.
     pub fn new() -> Runtime {
         Runtime {
             stack_size: Stack::DEFAULT_SIZE,
+            main_stack_size: MAIN_STACK_SIZE,
             stall_report: None,
+            max_blocking_threads: offload::DEFAULT_MAX_BLOCKING_THREADS,
         }
     }
 
@@ -119,13 +145,16 @@ impl Runtime {
     pub fn builder() -> Builder {
         Builder {
             stack_size: Stack::DEFAULT_SIZE,
+            main_stack_size: None,
             stall_report: None,
+            max_blocking_threads: offload::DEFAULT_MAX_BLOCKING_THREADS,
         }
     }
 
     /// Runs `main` as the first green thread, as [`run`] does, with this configuration.
     pub fn run<T>(&self, main: impl FnOnce() -> T) -> T {
-        scheduler::run_main(self.stack_size, self.stall_report, main)
+        panic_report::install();
+        scheduler::run_main(self, main)
     }
 }
 
@@ -139,13 +168,17 @@ impl Default for Runtime {
 #[derive(Debug, Clone)]
 pub struct Builder {
     stack_size: usize,
+    main_stack_size: Option<usize>,
     stall_report: Option<Duration>,
+    max_blocking_threads: usize,
 }
 
 impl Builder {
     /// The stack size of green threads spawned without
-    /// [`thread::Builder::stack_size`](crate::thread::Builder::stack_size), and of the main
-    /// green thread. Default: [`Stack::DEFAULT_SIZE`] (256 KiB), whose stacks are pooled.
+    /// [`thread::Builder::stack_size`](crate::thread::Builder::stack_size). Default:
+    /// [`Stack::DEFAULT_SIZE`] (256 KiB), whose stacks are pooled. The main green thread (the
+    /// closure given to [`Runtime::run`]) gets the larger of this and 8 MiB, unless
+    /// [`main_stack_size`](Builder::main_stack_size) sets its size.
     ///
     /// As `std::thread::Builder::stack_size` rounds up to the platform's minimum, a size below
     /// 16 KiB is rounded up to 16 KiB, and every size to whole pages (and, for each green
@@ -153,6 +186,66 @@ impl Builder {
     /// [`build`](Builder::build).
     pub fn stack_size(mut self, bytes: usize) -> Builder {
         self.stack_size = bytes;
+        self
+    }
+
+    /// The stack size of the main green thread, the one that runs the closure given to
+    /// [`Runtime::run`]. Default: 8 MiB (std's main thread's), or
+    /// [`stack_size`](Builder::stack_size) if that is larger, so that recursive code that
+    /// runs in a plain `main` also runs in a green `main`.
+    ///
+    /// The stack is one mapping, committed only where it is touched: 8 MiB costs address
+    /// space, and memory only for the depth the main green thread reaches. It is mapped when
+    /// the runtime starts and unmapped when it ends (only 256 KiB stacks are pooled). Sizes are
+    /// rounded as for [`stack_size`](Builder::stack_size); 0 is refused by
+    /// [`build`](Builder::build).
+    ///
+    /// ```
+    /// use greenweave::Runtime;
+    ///
+    /// let runtime = Runtime::builder().main_stack_size(64 * 1024 * 1024).build()?;
+    /// let depth = runtime.run(|| {
+    ///     fn down(n: u32) -> u32 {
+    ///         let frame = std::hint::black_box([0u8; 256]);
+    ///         if n == 0 { 0 } else { 1 + down(n - 1) + u32::from(frame[0]) }
+    ///     }
+    ///     down(100_000)
+    /// });
+    /// assert_eq!(depth, 100_000);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn main_stack_size(mut self, bytes: usize) -> Builder {
+        self.main_stack_size = Some(bytes);
+        self
+    }
+
+    /// The most helper OS threads the runtime's blocking pool runs at once: the threads
+    /// behind [`unblock`](crate::unblock), hostname lookups of [`net`](crate::net), and (with
+    /// the `hooks` feature) offloaded libc calls. More calls than that wait in a queue for a
+    /// free thread. Default: 16. tokio's name for the same setting.
+    ///
+    /// Threads are started only when a call finds none idle, and each leaves after 10 seconds
+    /// idle or when the runtime ends, so a larger limit costs nothing until calls overlap.
+    /// Then each thread is an OS thread: a 2 MiB stack mapping (touched pages only), a kernel
+    /// task, and its share of the CPU if the calls compute rather than wait. Raise it when
+    /// many calls block at once (slow disks, a blocking client library); with 16 threads, 200
+    /// calls that each wait 50 ms take 13 rounds. 0 is refused by [`build`](Builder::build).
+    ///
+    /// ```
+    /// use greenweave::Runtime;
+    ///
+    /// let runtime = Runtime::builder().max_blocking_threads(64).build()?;
+    /// runtime.run(|| {
+    ///     let calls: Vec<_> = (0..64u64)
+    ///         .map(|i| greenweave::spawn(move || greenweave::unblock(move || i * 2)))
+    ///         .collect();
+    ///     let sum: u64 = calls.into_iter().map(|call| call.join().unwrap()).sum();
+    ///     assert_eq!(sum, 64 * 63);
+    /// });
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn max_blocking_threads(mut self, threads: usize) -> Builder {
+        self.max_blocking_threads = threads;
         self
     }
 
@@ -214,13 +307,14 @@ impl Builder {
         self
     }
 
-    /// Checks the settings, mapping one stack of the configured size to be sure one can be
+    /// Checks the settings, mapping one stack of each configured size to be sure one can be
     /// (so that [`Runtime::run`] does not fail for a size this could have refused).
     ///
     /// # Errors
     /// Those of [`Stack::new`]: [`io::ErrorKind::InvalidInput`] for a stack size of 0 or one so
     /// large that the mapping size overflows, [`io::ErrorKind::OutOfMemory`] if the kernel
     /// refuses the mapping (a size larger than the address space, for one).
+    /// [`io::ErrorKind::InvalidInput`] for `max_blocking_threads(0)`.
     ///
     /// ```
     /// use greenweave::Runtime;
@@ -235,9 +329,22 @@ impl Builder {
     pub fn build(self) -> io::Result<Runtime> {
         let size = green_stack_size(self.stack_size, 0)?;
         let probe = Stack::new(size)?;
+        let main_size = match self.main_stack_size {
+            Some(bytes) => green_stack_size(bytes, 0)?,
+            None => MAIN_STACK_SIZE.max(probe.size()),
+        };
+        let main_probe = Stack::new(main_size)?;
+        if self.max_blocking_threads == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "max_blocking_threads must be at least 1 (the default is 16)",
+            ));
+        }
         Ok(Runtime {
             stack_size: probe.size(),
+            main_stack_size: main_probe.size(),
             stall_report: self.stall_report,
+            max_blocking_threads: self.max_blocking_threads,
         })
     }
 }

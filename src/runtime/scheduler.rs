@@ -100,6 +100,8 @@ pub(crate) struct Scheduler {
     /// stops running green threads once only these are left.
     stubborn_tasks: Cell<usize>,
     pub(crate) default_stack_size: usize,
+    /// The helper threads behind `unblock` and `on_pool`, closed when the scheduler goes.
+    pub(crate) blocking_pool: super::offload::PoolHandle,
     /// The stall report's side of the runtime, while it is on (see `runtime::stall`).
     stall: Option<StallWatch>,
 }
@@ -334,6 +336,22 @@ unsafe fn current_green_name() -> Option<&'static [u8]> {
     }
 }
 
+/// The running green thread as the deadlock report names it (`'worker' (id 3)`), or `None`
+/// outside one (no runtime on this thread, or the scheduler itself runs). For the panic hook
+/// (`runtime::panic_report`): never panics.
+pub(crate) fn describe_running_green_thread() -> Option<String> {
+    let scheduler = SCHEDULER.get();
+    if scheduler.is_null() {
+        return None;
+    }
+    // SAFETY: as in `with_scheduler`, the scheduler is alive while the pointer is set; the
+    // running task (if any) is kept alive by `run_task` while `current` points at it.
+    unsafe {
+        let task = (*scheduler).current.get();
+        (!task.is_null()).then(|| (*task).describe())
+    }
+}
+
 /// The panic of code that needs a running green thread but runs on the scheduler itself.
 #[cold]
 #[inline(never)]
@@ -357,10 +375,12 @@ impl Drop for EnterGuard {
 
 impl Scheduler {
     /// A scheduler whose green threads get `default_stack_size` stacks by default, with a
-    /// stall report for runs of `stall_report` or longer if given.
+    /// stall report for runs of `stall_report` or longer if given, and at most
+    /// `max_blocking_threads` helper threads for `unblock`.
     pub(crate) fn new(
         default_stack_size: usize,
         stall_report: Option<Duration>,
+        max_blocking_threads: usize,
     ) -> io::Result<Rc<Scheduler>> {
         #[cfg(feature = "hooks")]
         crate::hooks::keep_linked();
@@ -386,6 +406,7 @@ impl Scheduler {
             runs_since_poll: Cell::new(0),
             stubborn_tasks: Cell::new(0),
             default_stack_size,
+            blocking_pool: super::offload::PoolHandle::new(max_blocking_threads),
             stall,
         }))
     }
@@ -865,21 +886,25 @@ fn report_abandoned(task: &Task) {
     );
 }
 
-/// Runs `main` as the first green thread of a new scheduler on this OS thread, then ends the
-/// remaining green threads, and returns what `main` returned (or re-raises its panic).
+/// Runs `main` as the first green thread of a new scheduler on this OS thread, configured by
+/// `settings`, then ends the remaining green threads, and returns what `main` returned (or
+/// re-raises its panic).
 ///
 /// `main` and its result may borrow from the caller (`'a`): every way out of this function
 /// ends the main green thread first (see the erasure below).
 pub(crate) fn run_main<'a, T: 'a>(
-    default_stack_size: usize,
-    stall_report: Option<Duration>,
+    settings: &super::Runtime,
     main: impl FnOnce() -> T + 'a,
 ) -> T {
-    let stall_report = super::stall::threshold(stall_report);
-    let scheduler = Scheduler::new(default_stack_size, stall_report)
-        .unwrap_or_else(|error| panic!("greenweave: could not start a runtime: {error}"));
+    let stall_report = super::stall::threshold(settings.stall_report);
+    let scheduler = Scheduler::new(
+        settings.stack_size,
+        stall_report,
+        settings.max_blocking_threads,
+    )
+    .unwrap_or_else(|error| panic!("greenweave: could not start a runtime: {error}"));
     let _entered = scheduler.enter();
-    let stack = Stack::new(default_stack_size)
+    let stack = Stack::new(settings.main_stack_size)
         .unwrap_or_else(|error| panic!("greenweave: could not start a runtime: {error}"));
     let outcome: Rc<RefCell<Option<std::thread::Result<T>>>> = Rc::new(RefCell::new(None));
     let slot = outcome.clone();
