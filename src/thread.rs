@@ -16,6 +16,7 @@ use std::marker::PhantomData;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use crate::runtime::budget;
 use crate::runtime::scheduler::{self, Cancelled, with_scheduler};
 use crate::runtime::task::{Task, TaskState, Wait, Wake};
 use crate::stack::{Stack, pool};
@@ -321,6 +322,7 @@ impl<T> JoinHandle<T> {
     /// Always inlined, as `join` is: with no deadline the timeout checks fold away.
     #[inline(always)]
     fn wait_for_result(&self, what: &str, deadline: Option<Instant>) -> Option<Outcome<T>> {
+        budget::spend(what);
         let mut timed_out = false;
         loop {
             // SAFETY: the body of this handle's task puts an `Outcome<T>` (`spawn_named`).
