@@ -8,6 +8,16 @@
 //! A green thread runs until it parks: on a socket that would block, a [`sleep`], a
 //! [`JoinHandle::join`], a [`yield_now`]. Then the scheduler runs the next ready one on the same
 //! OS thread. Green threads never move to another OS thread, so nothing here needs `Send`.
+//!
+//! A green thread whose calls never have to wait still lets the others run: every green I/O
+//! call (a read, a write, an accept, a connect) and every green synchronisation call that may
+//! park (a channel's `recv`, a lock, a [`JoinHandle::join`]) spends a unit of a budget of 128,
+//! which the scheduler refills each time it resumes the green thread, as tokio's cooperative
+//! budget. When it is spent, the next such call first lets the green threads waiting for I/O,
+//! timers or a turn run (a yield: a cancellation point), then does its work. So a loop of
+//! connects to a listener on the same OS thread, of accepts that keep failing, or of reads that
+//! always find data cannot starve the others. `try_` calls (`try_recv`, `try_lock`...) and an
+//! unbounded channel's `send` never yield.
 
 use std::any::Any;
 use std::cell::Cell;
@@ -17,6 +27,7 @@ use std::marker::PhantomData;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use crate::runtime::budget;
 use crate::runtime::scheduler::{self, Cancelled, with_scheduler};
 use crate::runtime::task::{Task, TaskState, Wait, Wake};
 use crate::stack::{Stack, pool};
@@ -326,6 +337,7 @@ impl<T> JoinHandle<T> {
     /// Always inlined, as `join` is: with no deadline the timeout checks fold away.
     #[inline(always)]
     fn wait_for_result(&self, what: &str, deadline: Option<Instant>) -> Option<Outcome<T>> {
+        budget::spend(what);
         let mut timed_out = false;
         loop {
             // SAFETY: the body of this handle's task puts an `Outcome<T>` (`spawn_named`).

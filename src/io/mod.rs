@@ -9,6 +9,7 @@ use std::fmt;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 
+use crate::runtime::budget;
 use crate::runtime::reactor::Interest;
 use source::Source;
 
@@ -54,12 +55,14 @@ impl<T: AsFd> Async<T> {
 
     /// Parks until the fd is readable (returns at once if the kernel says it already is).
     pub fn readable(&self) -> io::Result<()> {
+        budget::spend("Async::readable");
         self.source
             .wait_until("Async::readable", Interest::Readable, None)
     }
 
     /// Parks until the fd is writable (returns at once if the kernel says it already is).
     pub fn writable(&self) -> io::Result<()> {
+        budget::spend("Async::writable");
         self.source
             .wait_until("Async::writable", Interest::Writable, None)
     }

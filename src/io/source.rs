@@ -16,6 +16,7 @@ use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
+use crate::runtime::budget;
 use crate::runtime::reactor::{Interest, Registration, ScheduledIo};
 use crate::runtime::scheduler::{self, with_scheduler};
 use crate::runtime::task::{Wait, Wake};
@@ -88,6 +89,10 @@ impl Source {
 
     /// Runs `operation` until it completes, parking this green thread while the fd is not
     /// ready in `interest`'s direction. `timeout` bounds the whole call.
+    ///
+    /// Spends a unit of the green thread's budget first (`runtime::budget`), so that a loop of
+    /// calls that never park (a peer that always keeps up, an accept that keeps failing) lets
+    /// the others run every `budget::BUDGET` calls.
     pub(crate) fn do_io<R>(
         &self,
         what: &str,
@@ -95,6 +100,7 @@ impl Source {
         timeout: Option<Duration>,
         mut operation: impl FnMut() -> io::Result<R>,
     ) -> io::Result<R> {
+        budget::spend(what);
         let deadline = timeout.and_then(|timeout| Instant::now().checked_add(timeout));
         loop {
             if self.is_ready(interest) {

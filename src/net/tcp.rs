@@ -8,6 +8,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use crate::io::source::{AcceptBackoff, Source};
+use crate::runtime::budget;
 use crate::runtime::reactor::Interest;
 use crate::sys::socket;
 
@@ -225,6 +226,8 @@ impl TcpStream {
     }
 
     fn connect_to(addr: &SocketAddr, deadline: Option<Instant>) -> io::Result<TcpStream> {
+        // A connect that completes without parking counts against the budget, as a read does.
+        budget::spend("TcpStream::connect");
         let fd = socket::stream_socket_for(addr)?;
         let source = Source::new("TcpStream::connect", fd.as_raw_fd())?;
         if !socket::start_connect(&fd, addr)? {

@@ -1,7 +1,8 @@
 //! The runtime: a single-thread scheduler with an epoll reactor and timers, on which green
 //! threads run.
 //!
-//! Layout: `scheduler` (ready queue, the loop, `park`, deadlock detection, shutdown), `task`
+//! Layout: `scheduler` (ready queue, the loop, `park`, deadlock detection, shutdown), `budget`
+//! (how many operations a green thread completes without parking before it yields), `task`
 //! (a green thread as the scheduler sees it), `timer` (deadline heap), `reactor` (epoll and
 //! per-fd readiness), `offload` (running a blocking call on another OS thread while the green
 //! thread parks), `stall` (the stall report's watchdog, see [`Builder::stall_report`]),
@@ -9,6 +10,7 @@
 //! public face is [`run`], [`Runtime`] and [`Builder`]; green threads themselves are in
 //! [`crate::thread`], sockets in [`crate::net`].
 
+pub(crate) mod budget;
 pub mod offload;
 mod panic_report;
 pub(crate) mod reactor;

@@ -597,16 +597,7 @@ impl Scheduler {
                 let runs = self.runs_since_poll.get() + 1;
                 self.runs_since_poll.set(runs);
                 if runs >= RUNS_BETWEEN_POLLS {
-                    self.runs_since_poll.set(0);
-                    // Only what could have something to say: the clock when a timer is set,
-                    // epoll when an fd is registered or another thread may wake us. A pure
-                    // compute-and-yield program makes no system call here.
-                    if !self.timers.borrow().is_empty() {
-                        self.fire_timers();
-                    }
-                    if self.reactor.has_registrations() || self.remote_may_wake() {
-                        self.poll(Some(Duration::ZERO));
-                    }
+                    self.poll_without_blocking();
                 }
             }
             // Nothing is ready: wait for I/O until the nearest deadline.
@@ -637,8 +628,25 @@ impl Scheduler {
         }
     }
 
+    /// Fires due timers and polls epoll without blocking, making what they wake runnable: what
+    /// the loop does every `RUNS_BETWEEN_POLLS` runs, and a green thread whose budget is spent
+    /// before it yields (`budget`), so that what it kept waiting runs before it does again.
+    pub(crate) fn poll_without_blocking(&self) {
+        self.runs_since_poll.set(0);
+        // Only what could have something to say: the clock when a timer is set, epoll when an
+        // fd is registered or another thread may wake us. A pure compute-and-yield program
+        // makes no system call here.
+        if !self.timers.borrow().is_empty() {
+            self.fire_timers();
+        }
+        if self.reactor.has_registrations() || self.remote_may_wake() {
+            self.poll(Some(Duration::ZERO));
+        }
+    }
+
     fn run_task(&self, task: Rc<Task>) {
         task.state.set(TaskState::Running);
+        super::budget::refill();
         let wake = task.wake.replace(Wake::Notified);
         if self.watches_stalls() {
             self.stall_entering(&task);

@@ -8,6 +8,7 @@ use std::cell::Cell;
 use std::fmt;
 
 use super::wait_queue::WaitQueue;
+use crate::runtime::budget;
 
 /// Lets `n` green threads wait for each other, as `std::sync::Barrier`: the first `n - 1`
 /// callers of [`wait`](Barrier::wait) park, and the `n`th wakes them all and goes on as the
@@ -88,6 +89,7 @@ impl Barrier {
     /// });
     /// ```
     pub fn wait(&self) -> BarrierWaitResult {
+        budget::spend("Barrier::wait");
         let arrived = self.arrived.get() + 1;
         if arrived >= self.parties {
             self.arrived.set(0);

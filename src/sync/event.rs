@@ -7,6 +7,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use super::wait_queue::WaitQueue;
+use crate::runtime::budget;
 use crate::runtime::task::Wake;
 
 /// A flag that green threads can wait for, as gevent's (and Python's `threading`) `Event`:
@@ -164,6 +165,7 @@ impl Event {
     }
 
     fn wait_until(&self, what: &'static str, deadline: Option<Instant>) -> bool {
+        budget::spend(what);
         if self.flag.get() {
             return true;
         }

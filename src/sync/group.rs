@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use super::semaphore::Semaphore;
 use super::wait_queue::WaitQueue;
+use crate::runtime::budget;
 use crate::runtime::task::Wake;
 use crate::thread::{Builder, JoinError, JoinHandle};
 
@@ -271,6 +272,7 @@ impl Group {
     }
 
     fn join_until(&self, what: &'static str, deadline: Option<Instant>) -> bool {
+        budget::spend(what);
         loop {
             if self.is_empty() {
                 return true;

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 pub use std::sync::mpsc::{RecvError, RecvTimeoutError, SendError, TryRecvError, TrySendError};
 
+use crate::runtime::budget;
 use crate::runtime::scheduler::{self, RemoteQueue, with_scheduler};
 use crate::runtime::task::{TaskKey, Wait, Wake};
 
@@ -298,6 +299,7 @@ impl<T> SyncSender<T> {
     /// # Panics
     /// If it has to park outside a runtime.
     pub fn send(&self, message: T) -> Result<(), SendError<T>> {
+        budget::spend("SyncSender::send");
         let shared = &self.shared;
         let bound = shared.bound.expect("a SyncSender's channel is bounded");
         while bound > 0 && shared.queue.borrow().len() >= bound {
@@ -511,6 +513,7 @@ impl<T> Receiver<T> {
     /// Inlined into its two callers above, each of which gets its own copy.
     #[inline(always)]
     fn recv_until(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        budget::spend("Receiver::recv");
         let mut timed_out = false;
         loop {
             if let Some(message) = self.take() {

@@ -11,6 +11,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
 
 use super::grant_queue::GrantQueue;
+use crate::runtime::budget;
 
 /// A lock protecting a `T`, for green threads: [`lock`](Mutex::lock) parks the calling green
 /// thread while another holds it, and every other green thread runs meanwhile.
@@ -153,6 +154,7 @@ impl<T: ?Sized> Mutex<T> {
     /// });
     /// ```
     pub fn lock(&self) -> LockResult<MutexGuard<'_, T>> {
+        budget::spend("Mutex::lock");
         // Unlocking hands the lock to a waiter if there is one, so an unlocked mutex has none.
         if !self.locked.get() {
             self.locked.set(true);

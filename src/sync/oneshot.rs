@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 pub use std::sync::mpsc::{RecvError, RecvTimeoutError, TryRecvError};
 
+use crate::runtime::budget;
 use crate::runtime::scheduler;
 use crate::runtime::task::Wake;
 
@@ -136,6 +137,7 @@ impl<T> Receiver<T> {
     /// the top of the loop decides: a value that arrived in the same turn as the deadline is
     /// received, not reported as a timeout.
     fn recv_until(&self, deadline: Option<Instant>) -> Result<T, RecvTimeoutError> {
+        budget::spend("oneshot::Receiver::recv");
         let mut timed_out = false;
         loop {
             let value = self.shared.value.borrow_mut().take();

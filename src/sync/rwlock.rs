@@ -10,6 +10,7 @@ use std::ops::{Deref, DerefMut};
 use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
 
 use super::grant_queue::GrantQueue;
+use crate::runtime::budget;
 
 /// What a waiter asks for.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -133,6 +134,12 @@ impl<T: ?Sized> RwLock<T> {
     /// });
     /// ```
     pub fn read(&self) -> LockResult<RwLockReadGuard<'_, T>> {
+        budget::spend("RwLock::read");
+        self.take_read()
+    }
+
+    /// `read` without spending the budget (`try_read` never yields).
+    fn take_read(&self) -> LockResult<RwLockReadGuard<'_, T>> {
         if !self.writer.get() && self.waiters.is_empty() {
             self.readers.set(self.readers.get() + 1);
         } else {
@@ -174,6 +181,12 @@ impl<T: ?Sized> RwLock<T> {
     /// });
     /// ```
     pub fn write(&self) -> LockResult<RwLockWriteGuard<'_, T>> {
+        budget::spend("RwLock::write");
+        self.take_write()
+    }
+
+    /// `write` without spending the budget (`try_write` never yields).
+    fn take_write(&self) -> LockResult<RwLockWriteGuard<'_, T>> {
         if !self.writer.get() && self.readers.get() == 0 && self.waiters.is_empty() {
             self.writer.set(true);
         } else {
@@ -210,7 +223,7 @@ impl<T: ?Sized> RwLock<T> {
         if self.writer.get() || !self.waiters.is_empty() {
             return Err(TryLockError::WouldBlock);
         }
-        Ok(self.read()?)
+        Ok(self.take_read()?)
     }
 
     /// Takes the write lock if nobody holds it and nobody waits.
@@ -234,7 +247,7 @@ impl<T: ?Sized> RwLock<T> {
         if self.writer.get() || self.readers.get() > 0 || !self.waiters.is_empty() {
             return Err(TryLockError::WouldBlock);
         }
-        Ok(self.write()?)
+        Ok(self.take_write()?)
     }
 
     /// Whether a writer unwound (panicked, was cancelled or timed out) while holding the lock.

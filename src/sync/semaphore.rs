@@ -9,6 +9,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use super::grant_queue::GrantQueue;
+use crate::runtime::budget;
 
 /// A counting semaphore for green threads: at most `permits` holders at a time.
 ///
@@ -95,6 +96,7 @@ impl Semaphore {
 
     /// [`acquire`](Semaphore::acquire), with `what` naming the wait in the deadlock report.
     pub(crate) fn acquire_named(&self, what: &'static str) -> SemaphorePermit<'_> {
+        budget::spend(what);
         if !self.take_free_permit() {
             self.wait_for_permit(what, None);
         }
@@ -136,6 +138,7 @@ impl Semaphore {
     /// });
     /// ```
     pub fn acquire_timeout(&self, duration: Duration) -> Option<SemaphorePermit<'_>> {
+        budget::spend("Semaphore::acquire_timeout");
         if self.take_free_permit()
             || self.wait_for_permit(
                 "Semaphore::acquire_timeout",

@@ -8,6 +8,7 @@ use std::fmt;
 use std::time::{Duration, Instant};
 
 use super::wait_queue::WaitQueue;
+use crate::runtime::budget;
 use crate::runtime::task::Wake;
 
 /// Waits for a set of jobs to finish, Go style: [`add`](WaitGroup::add) counts jobs up,
@@ -187,6 +188,7 @@ impl WaitGroup {
     }
 
     fn wait_until(&self, what: &'static str, deadline: Option<Instant>) -> bool {
+        budget::spend(what);
         if self.count.get() == 0 {
             return true;
         }

@@ -20,6 +20,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::io::source::{AcceptBackoff, Source};
+use crate::runtime::budget;
 use crate::runtime::reactor::Interest;
 use crate::sys::socket;
 
@@ -258,6 +259,8 @@ impl UnixStream {
     /// # Panics
     /// Outside a runtime.
     pub fn connect_addr(addr: &SocketAddr) -> io::Result<UnixStream> {
+        // A connect that completes without parking counts against the budget, as a read does.
+        budget::spend("UnixStream::connect");
         let fd = socket::unix_socket(libc::SOCK_STREAM)?;
         let source = Source::new("UnixStream::connect", fd.as_raw_fd())?;
         let mut pause = CONNECT_RETRY_FIRST;
