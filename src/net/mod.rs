@@ -25,18 +25,29 @@ use std::time::Duration;
 
 use crate::runtime::offload;
 
+/// [`resolve`] for a call that makes a new green socket, which needs a runtime: outside one it
+/// fails here, naming the caller, before any socket is made.
+///
+/// # Panics
+/// Outside a runtime, naming `what`.
+pub(crate) fn resolve_for_new_socket<A: ToSocketAddrs + Sync>(
+    what: &'static str,
+    addr: &A,
+) -> io::Result<Vec<SocketAddr>> {
+    crate::runtime::scheduler::with_scheduler(what, |_| ());
+    resolve(what, addr)
+}
+
 /// Resolves `addr`: directly when its type cannot involve a name lookup (a `SocketAddr`, an
 /// `(IpAddr, u16)` pair, a slice of them) or it is a string holding an IP literal, else on the
 /// offload pool, parking this green thread meanwhile.
 ///
 /// # Panics
-/// Outside a runtime, naming `what`.
+/// Outside a runtime, naming `what`, if `addr` needs a lookup.
 pub(crate) fn resolve<A: ToSocketAddrs + Sync>(
     what: &'static str,
     addr: &A,
 ) -> io::Result<Vec<SocketAddr>> {
-    // Outside a runtime, fail here, naming the caller, before any socket is made.
-    crate::runtime::scheduler::with_scheduler(what, |_| ());
     let addrs: Vec<SocketAddr> = if let Some(literal) = ip_literal(addr) {
         vec![literal]
     } else if is_lookup_free(std::any::type_name::<A>()) {

@@ -12,7 +12,7 @@ use crate::runtime::budget;
 use crate::runtime::reactor::Interest;
 use crate::sys::socket;
 
-use super::{check_timeout, resolve};
+use super::{check_timeout, resolve_for_new_socket};
 
 /// A TCP socket server, listening for connections; `accept` parks the green thread until a
 /// client connects.
@@ -94,7 +94,7 @@ impl TcpListener {
         addr: A,
         backlog: u32,
     ) -> io::Result<TcpListener> {
-        let addrs = resolve(what, &addr)?;
+        let addrs = resolve_for_new_socket(what, &addr)?;
         let inner = net::TcpListener::bind(&addrs[..])?;
         socket::set_backlog(inner.as_fd(), backlog)?;
         TcpListener::from_std(inner)
@@ -200,7 +200,7 @@ impl TcpStream {
     /// # Panics
     /// Outside a runtime.
     pub fn connect<A: ToSocketAddrs + Sync>(addr: A) -> io::Result<TcpStream> {
-        let addrs = resolve("TcpStream::connect", &addr)?;
+        let addrs = resolve_for_new_socket("TcpStream::connect", &addr)?;
         let mut last_error = None;
         for addr in addrs {
             match TcpStream::connect_to(&addr, None) {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::io::source::Source;
 use crate::runtime::reactor::Interest;
 
-use super::resolve;
+use super::{resolve, resolve_for_new_socket};
 
 /// A UDP socket. Receiving parks the green thread until a datagram arrives (or the read
 /// timeout passes); sending parks it only while the socket's send buffer is full.
@@ -52,7 +52,7 @@ impl UdpSocket {
     /// # Panics
     /// Outside a runtime.
     pub fn bind<A: ToSocketAddrs + Sync>(addr: A) -> io::Result<UdpSocket> {
-        let addrs = resolve("UdpSocket::bind", &addr)?;
+        let addrs = resolve_for_new_socket("UdpSocket::bind", &addr)?;
         UdpSocket::from_std(net::UdpSocket::bind(&addrs[..])?)
     }
 
