@@ -7,6 +7,38 @@
 //! A green thread runs until it parks: on a socket that would block, a [`sleep`], a
 //! [`JoinHandle::join`], a [`yield_now`]. Then the scheduler runs the next ready one on the same
 //! OS thread. Green threads never move to another OS thread, so nothing here needs `Send`.
+//!
+//! # Green-thread-local storage
+//!
+//! [`green_local!`](crate::green_local) declares statics with one value per green thread
+//! ([`LocalKey`], with the methods of std's): made on first use in each green thread, dropped
+//! when it ends. **std's `thread_local!` is per OS thread: every green thread of an OS thread
+//! shares its one value**, so state that belongs to a request or a connection (a current user, a
+//! trace id, a buffer borrowed across a park) needs `green_local!`. `thread_local!` stays right
+//! for what any green thread may share (a cache, a counter of the OS thread's work). Outside any
+//! green thread a `green_local!` key has one value per OS thread, so library code that uses one
+//! works in and out of a runtime.
+//!
+//! ```
+//! use std::cell::Cell;
+//!
+//! thread_local! {
+//!     static SHARED: Cell<u32> = const { Cell::new(0) };
+//! }
+//! greenweave::green_local! {
+//!     static OWN: Cell<u32> = const { Cell::new(0) };
+//! }
+//!
+//! greenweave::run(|| {
+//!     let other = greenweave::spawn(|| {
+//!         SHARED.set(1);
+//!         OWN.set(1);
+//!     });
+//!     other.join().unwrap();
+//!     assert_eq!(SHARED.get(), 1); // the other green thread's write, on the same OS thread
+//!     assert_eq!(OWN.get(), 0); // this green thread's own value
+//! });
+//! ```
 
 use std::any::Any;
 use std::cell::Cell;
@@ -19,6 +51,8 @@ use std::time::{Duration, Instant};
 use crate::runtime::scheduler::{self, Cancelled, with_scheduler};
 use crate::runtime::task::{Task, TaskState, Wait, Wake};
 use crate::stack::{Stack, pool};
+
+pub use crate::runtime::locals::{AccessError, LocalKey};
 
 /// Spawns a green thread running `f` with the runtime's default stack, and returns a handle to
 /// join it.
@@ -159,6 +193,9 @@ impl Builder {
                         }
                     })
                 };
+                // Its green-local values go before its result is published: a joiner sees
+                // what their destructors did.
+                crate::runtime::locals::end_of_green_thread(task);
                 // SAFETY: this task's result slot holds only an `Outcome<T>`: put here, taken by
                 // its `JoinHandle<T>`.
                 unsafe { task.result.put::<Outcome<T>>(result) };

@@ -8,6 +8,7 @@
 //! public face is [`run`], [`Runtime`] and [`Builder`]; green threads themselves are in
 //! [`crate::thread`], sockets in [`crate::net`].
 
+pub(crate) mod locals;
 pub mod offload;
 pub(crate) mod reactor;
 pub(crate) mod scheduler;

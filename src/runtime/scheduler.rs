@@ -292,6 +292,20 @@ pub(crate) fn in_runtime() -> bool {
     !SCHEDULER.get().is_null()
 }
 
+/// The running green thread's task, or null when no green thread runs on this OS thread
+/// (outside `run`, or on the scheduler itself). A coroutine or greenlet that a green thread
+/// resumed runs on its behalf: this is that green thread's task. Valid while it runs (`run_task`
+/// holds it); for green-thread-local storage (`runtime::locals`).
+#[inline]
+pub(crate) fn current_task_ptr() -> *const Task {
+    let scheduler = SCHEDULER.get();
+    if scheduler.is_null() {
+        return std::ptr::null();
+    }
+    // SAFETY: as in `with_scheduler`: the pointer is set only while the scheduler is alive.
+    unsafe { (*scheduler).current.get() }
+}
+
 /// Whether the code running now may park: it runs on a green thread's own stack (not on the
 /// scheduler, another OS thread, or a coroutine or greenlet that a green thread resumed, whose
 /// stack the scheduler cannot resume), and that green thread is not unwinding. The hooks layer
@@ -850,8 +864,10 @@ pub(crate) fn run_main<T: 'static>(
         .unwrap_or_else(|error| panic!("greenweave: could not start a runtime: {error}"));
     let outcome: Rc<RefCell<Option<std::thread::Result<T>>>> = Rc::new(RefCell::new(None));
     let slot = outcome.clone();
-    let main_task = scheduler.spawn_task(Some("main".into()), stack, move |_| {
-        *slot.borrow_mut() = Some(panic::catch_unwind(AssertUnwindSafe(main)));
+    let main_task = scheduler.spawn_task(Some("main".into()), stack, move |task| {
+        let outcome = panic::catch_unwind(AssertUnwindSafe(main));
+        super::locals::end_of_green_thread(task);
+        *slot.borrow_mut() = Some(outcome);
     });
     let finished = || main_task.state.get() == TaskState::Finished;
     let run = panic::catch_unwind(AssertUnwindSafe(|| {

@@ -17,6 +17,7 @@ use std::time::Instant;
 
 use crate::coroutine::{Coroutine, Yielder};
 
+use super::locals::TableHome;
 use super::reactor::{Interest, ScheduledIo};
 
 /// Why a parked green thread was woken; what `park` returns.
@@ -139,6 +140,8 @@ pub(crate) struct Task {
     pub(crate) joiner: Cell<Option<(Rc<Task>, u64)>>,
     /// Where the body leaves its result for the `JoinHandle`.
     pub(crate) result: ResultSlot,
+    /// Its green-thread-local values (`runtime::locals`): one pointer, null until first used.
+    pub(crate) locals: TableHome,
 }
 
 impl Task {
@@ -160,6 +163,7 @@ impl Task {
             scope_deadline: Cell::new(None),
             joiner: Cell::new(None),
             result: ResultSlot::new(),
+            locals: TableHome::new(),
         }
     }
 
@@ -181,6 +185,7 @@ impl Task {
         self.cancellations_delivered.set(0);
         self.scope_deadline.set(None);
         self.result.reset();
+        self.locals.reset();
     }
 
     /// Gives up on a task whose runtime is ending while it is still unfinished (shutdown could
