@@ -69,6 +69,26 @@ static NEXT_INDEX: AtomicUsize = AtomicUsize::new(0);
 
 /// The error of [`LocalKey::try_with`]: the value was already destroyed (its green thread or OS
 /// thread is ending and its destructor has run or is running), as `std::thread::AccessError`.
+///
+/// ```
+/// use std::cell::RefCell;
+///
+/// struct LooksAtItself;
+///
+/// impl Drop for LooksAtItself {
+///     fn drop(&mut self) {
+///         // Its own key's value is being dropped (this very destructor).
+///         let error = ITSELF.try_with(|_| ()).unwrap_err();
+///         assert_eq!(error.to_string(), "already destroyed");
+///     }
+/// }
+///
+/// greenweave::green_local! {
+///     static ITSELF: RefCell<Option<LooksAtItself>> = const { RefCell::new(None) };
+/// }
+///
+/// greenweave::run(|| ITSELF.set(Some(LooksAtItself)));
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct AccessError(());
 
@@ -174,7 +194,9 @@ impl<T: 'static> LocalKey<T> {
             Some(value) => Ok((table, value.cast())),
             None => {
                 let (value, unstored) = self.initialize(table, None)?;
-                // A nested use of the key by its initialiser stored a value first.
+                // A nested use of the key by its initialiser stored a value first. Dropping
+                // the other cannot free it: only the table's destruction frees values, and it
+                // never runs inside a use of the table.
                 drop(unstored);
                 Ok((table, value))
             }
