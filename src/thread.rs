@@ -18,6 +18,38 @@
 //! connects to a listener on the same OS thread, of accepts that keep failing, or of reads that
 //! always find data cannot starve the others. `try_` calls (`try_recv`, `try_lock`...) and an
 //! unbounded channel's `send` never yield.
+//!
+//! # Green-thread-local storage
+//!
+//! [`green_local!`](crate::green_local) declares statics with one value per green thread
+//! ([`LocalKey`], with the methods of std's): made on first use in each green thread, dropped
+//! when it ends. **std's `thread_local!` is per OS thread: every green thread of an OS thread
+//! shares its one value**, so state that belongs to a request or a connection (a current user, a
+//! trace id, a buffer borrowed across a park) needs `green_local!`. `thread_local!` stays right
+//! for what any green thread may share (a cache, a counter of the OS thread's work). Outside any
+//! green thread a `green_local!` key has one value per OS thread, so library code that uses one
+//! works in and out of a runtime.
+//!
+//! ```
+//! use std::cell::Cell;
+//!
+//! thread_local! {
+//!     static SHARED: Cell<u32> = const { Cell::new(0) };
+//! }
+//! greenweave::green_local! {
+//!     static OWN: Cell<u32> = const { Cell::new(0) };
+//! }
+//!
+//! greenweave::run(|| {
+//!     let other = greenweave::spawn(|| {
+//!         SHARED.set(1);
+//!         OWN.set(1);
+//!     });
+//!     other.join().unwrap();
+//!     assert_eq!(SHARED.get(), 1); // the other green thread's write, on the same OS thread
+//!     assert_eq!(OWN.get(), 0); // this green thread's own value
+//! });
+//! ```
 
 use std::any::Any;
 use std::cell::Cell;
@@ -34,6 +66,7 @@ use crate::stack::{Stack, pool};
 
 mod scope;
 
+pub use crate::runtime::locals::{AccessError, LocalKey};
 pub use scope::{Scope, ScopedJoinHandle, scope};
 
 /// Spawns a green thread running `f` with the runtime's default stack, and returns a handle to
@@ -160,21 +193,7 @@ impl Builder {
                 Stack::new(size)?
             };
             let body = move |task: &Task| {
-                let result = if task.cancelled_before_start() {
-                    // Cancelled before it ever ran: the closure is dropped unrun.
-                    drop(f);
-                    Err(JoinError::Cancelled)
-                } else {
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
-                        if task.state.get() == TaskState::Finished {
-                            // Its runtime ended without it and is force-unwinding its stack
-                            // (`Task::abandon`): whatever the payload, it was cancelled.
-                            JoinError::Cancelled
-                        } else {
-                            JoinError::from_payload(payload)
-                        }
-                    })
-                };
+                let result = run_green_body(task, f);
                 // SAFETY: this task's result slot holds only an `Outcome<T>`: put here, taken by
                 // its `JoinHandle<T>`.
                 unsafe { task.result.put::<Outcome<T>>(result) };
@@ -265,6 +284,30 @@ impl fmt::Display for JoinError {
 }
 
 impl std::error::Error for JoinError {}
+
+/// What every green thread's body does with the user's closure `f`: runs it (or drops it unrun
+/// if the green thread was cancelled before it started), catching its panic or cancellation,
+/// then drops the green thread's green-local values, before the caller publishes the result
+/// (so a joiner sees what their destructors did).
+pub(crate) fn run_green_body<T>(task: &Task, f: impl FnOnce() -> T) -> Result<T, JoinError> {
+    let result = if task.cancelled_before_start() {
+        // Cancelled before it ever ran: the closure is dropped unrun.
+        drop(f);
+        Err(JoinError::Cancelled)
+    } else {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|payload| {
+            if task.state.get() == TaskState::Finished {
+                // Its runtime ended without it and is force-unwinding its stack
+                // (`Task::abandon`): whatever the payload, it was cancelled.
+                JoinError::Cancelled
+            } else {
+                JoinError::from_payload(payload)
+            }
+        })
+    };
+    crate::runtime::locals::end_of_green_thread(task);
+    result
+}
 
 /// An owned permission to join a green thread (wait for it and take its result).
 ///

@@ -11,6 +11,7 @@
 //! [`crate::thread`], sockets in [`crate::net`].
 
 pub(crate) mod budget;
+pub(crate) mod locals;
 pub mod offload;
 mod panic_report;
 pub(crate) mod reactor;

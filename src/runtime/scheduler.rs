@@ -303,6 +303,20 @@ pub(crate) fn in_runtime() -> bool {
     !SCHEDULER.get().is_null()
 }
 
+/// The running green thread's task, or null when no green thread runs on this OS thread
+/// (outside `run`, or on the scheduler itself). A coroutine or greenlet that a green thread
+/// resumed runs on its behalf: this is that green thread's task. Valid while it runs (`run_task`
+/// holds it); for green-thread-local storage (`runtime::locals`).
+#[inline]
+pub(crate) fn current_task_ptr() -> *const Task {
+    let scheduler = SCHEDULER.get();
+    if scheduler.is_null() {
+        return std::ptr::null();
+    }
+    // SAFETY: as in `with_scheduler`: the pointer is set only while the scheduler is alive.
+    unsafe { (*scheduler).current.get() }
+}
+
 /// Whether the code running now may park: it runs on behalf of a green thread (on its own
 /// stack, or on a coroutine's or greenlet's that the green thread resumed or switched to; not
 /// on the scheduler or another OS thread), and that green thread is not unwinding. The hooks
@@ -900,10 +914,7 @@ fn report_abandoned(task: &Task) {
 ///
 /// `main` and its result may borrow from the caller (`'a`): every way out of this function
 /// ends the main green thread first (see the erasure below).
-pub(crate) fn run_main<'a, T: 'a>(
-    settings: &super::Runtime,
-    main: impl FnOnce() -> T + 'a,
-) -> T {
+pub(crate) fn run_main<'a, T: 'a>(settings: &super::Runtime, main: impl FnOnce() -> T + 'a) -> T {
     let stall_report = super::stall::threshold(settings.stall_report);
     let scheduler = Scheduler::new(
         settings.stack_size,
@@ -916,8 +927,10 @@ pub(crate) fn run_main<'a, T: 'a>(
         .unwrap_or_else(|error| panic!("greenweave: could not start a runtime: {error}"));
     let outcome: Rc<RefCell<Option<std::thread::Result<T>>>> = Rc::new(RefCell::new(None));
     let slot = outcome.clone();
-    let body: Box<dyn FnOnce(&Task) + 'a> = Box::new(move |_| {
-        *slot.borrow_mut() = Some(panic::catch_unwind(AssertUnwindSafe(main)));
+    let body: Box<dyn FnOnce(&Task) + 'a> = Box::new(move |task| {
+        let outcome = panic::catch_unwind(AssertUnwindSafe(main));
+        super::locals::end_of_green_thread(task);
+        *slot.borrow_mut() = Some(outcome);
     });
     // SAFETY: only the lifetime is erased; the body (`main`, and the slot for its result) is
     // never used after this function returns or unwinds. The body lives in the main task's

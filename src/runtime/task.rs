@@ -18,6 +18,7 @@ use std::time::Instant;
 use crate::coroutine::{Coroutine, Yielder};
 use crate::greenlet::World;
 
+use super::locals::TableHome;
 use super::reactor::{Interest, ScheduledIo};
 
 /// Why a parked green thread was woken; what `park` returns.
@@ -153,6 +154,8 @@ pub(crate) struct Task {
     /// Its greenlets, stored here while it does not run (installed by `run_task` while it
     /// does); empty unless it has used greenlets.
     pub(crate) greenlets: World,
+    /// Its green-thread-local values (`runtime::locals`): one pointer, null until first used.
+    pub(crate) locals: TableHome,
 }
 
 impl Task {
@@ -175,6 +178,7 @@ impl Task {
             joiner: Cell::new(None),
             result: ResultSlot::new(),
             greenlets: World::new(),
+            locals: TableHome::new(),
         }
     }
 
@@ -197,6 +201,7 @@ impl Task {
         self.cancellations_delivered.set(0);
         self.scope_deadline.set(None);
         self.result.reset();
+        self.locals.reset();
     }
 
     /// Gives up on a task whose runtime is ending while it is still unfinished (shutdown could

@@ -270,19 +270,7 @@ impl Builder {
                 // Destructured so that the closure (with what it borrows) is consumed, and its
                 // result handed over, before `ended` tells the scope.
                 let Child { f, ended } = child;
-                let result = if task.cancelled_before_start() {
-                    drop(f);
-                    Err(JoinError::Cancelled)
-                } else {
-                    panic::catch_unwind(AssertUnwindSafe(f)).map_err(|payload| {
-                        if task.state.get() == TaskState::Finished {
-                            // Its runtime ended without it and is force-unwinding its stack.
-                            JoinError::Cancelled
-                        } else {
-                            JoinError::from_payload(payload)
-                        }
-                    })
-                };
+                let result = super::run_green_body(task, f);
                 if result.as_ref().is_err_and(JoinError::is_panic) {
                     ended
                         .data
