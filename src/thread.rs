@@ -20,6 +20,8 @@ use crate::runtime::scheduler::{self, Cancelled, with_scheduler};
 use crate::runtime::task::{Task, TaskState, Wait, Wake};
 use crate::stack::{Stack, pool};
 
+mod select;
+
 /// Spawns a green thread running `f` with the runtime's default stack, and returns a handle to
 /// join it.
 ///
