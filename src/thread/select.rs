@@ -68,3 +68,25 @@ impl<T> Sealed for JoinHandle<T> {
         Operand::operation(self, Rc::as_ptr(&self.task).cast())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::sync::select::Select;
+
+    #[test]
+    fn a_select_that_gives_up_on_a_join_leaves_the_joiner_slot_empty() {
+        crate::run(|| {
+            let (tx, rx) = crate::sync::oneshot::channel::<()>();
+            let worker = crate::spawn(move || rx.recv().is_ok());
+            let mut select = Select::new();
+            select.join(&worker);
+            assert!(select.select_timeout(Duration::from_millis(1)).is_err());
+            let joiner = worker.task.joiner.take();
+            assert!(joiner.is_none());
+            tx.send(()).unwrap();
+            assert!(worker.join().unwrap());
+        });
+    }
+}

@@ -163,3 +163,61 @@ impl<T> SendEnd for SyncSender<T> {
         self.send(message)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::rc::Rc;
+    use std::time::Duration;
+
+    use crate::sync::mpsc;
+    use crate::sync::select::Select;
+
+    /// Waits on a receive from `rx` and a send on the full `tx`: the entries it leaves.
+    fn entries<T>(rx: &mpsc::Receiver<T>, tx: &mpsc::SyncSender<T>) -> (usize, usize) {
+        (
+            rx.shared.receivers_waiting.entries(),
+            tx.shared.senders_waiting.entries(),
+        )
+    }
+
+    #[test]
+    fn a_select_that_times_out_is_cancelled_or_is_ended_by_a_scope_leaves_no_entry_behind() {
+        crate::run(|| {
+            let (_idle_tx, rx) = mpsc::channel::<u8>();
+            let (tx, _full_rx) = mpsc::sync_channel::<u8>(1);
+            tx.send(0).unwrap();
+            let (rx, tx) = (Rc::new(rx), Rc::new(tx));
+
+            let mut select = Select::new();
+            select.recv(&rx);
+            select.send(&tx);
+            assert!(select.select_timeout(Duration::from_millis(1)).is_err());
+            assert_eq!(entries(&rx, &tx), (0, 0));
+
+            let ended = crate::time::timeout(Duration::from_millis(1), || {
+                let mut select = Select::new();
+                select.recv(&rx);
+                select.send(&tx);
+                let _ = select.select();
+                unreachable!("nothing becomes ready");
+            });
+            assert!(ended.is_err());
+            assert_eq!(entries(&rx, &tx), (0, 0));
+
+            let selecting = {
+                let (rx, tx) = (rx.clone(), tx.clone());
+                crate::spawn(move || {
+                    let mut select = Select::new();
+                    select.recv(&rx);
+                    select.send(&tx);
+                    let _ = select.select();
+                })
+            };
+            crate::thread::yield_now(); // it parks
+            assert_eq!(entries(&rx, &tx), (1, 1));
+            selecting.cancel();
+            assert!(selecting.join().unwrap_err().is_cancelled());
+            assert_eq!(entries(&rx, &tx), (0, 0));
+        });
+    }
+}
