@@ -31,7 +31,10 @@
 //!         let stop = select.recv(&quit);
 //!         let operation = select.select();
 //!         match operation.index() {
-//!             i if i == job => done.push(operation.recv(&jobs).unwrap()),
+//!             i if i == job => match operation.recv(&jobs) {
+//!                 Ok(n) => done.push(n),
+//!                 Err(_) => break, // every job sender is gone (ready too, once disconnected)
+//!             },
 //!             i if i == stop => {
 //!                 operation.recv(&quit).unwrap();
 //!                 break;
