@@ -65,6 +65,7 @@ use crate::runtime::task::{Task, TaskState, Wait, Wake};
 use crate::stack::{Stack, pool};
 
 mod scope;
+mod select;
 
 pub use crate::runtime::locals::{AccessError, LocalKey};
 pub use scope::{Scope, ScopedJoinHandle, scope};

@@ -135,7 +135,8 @@ macro_rules! stream_read_write {
     };
 }
 
-/// `AsFd`, `AsRawFd` and `Debug` (the std socket's) for green socket types.
+/// `AsFd`, `AsRawFd` and `Debug` (the std socket's) for green socket types, and their part in
+/// a select (`sync::select::Pollable`).
 macro_rules! fd_traits {
     ($($type:ty),+) => {
         $(
@@ -156,6 +157,14 @@ macro_rules! fd_traits {
                     self.inner.fmt(f)
                 }
             }
+
+            impl crate::sync::select::sealed::Sealed for $type {
+                fn operand(&self) -> crate::sync::select::sealed::Operand<'_> {
+                    crate::sync::select::sealed::Operand::io(&self.source)
+                }
+            }
+
+            impl crate::sync::select::Pollable for $type {}
         )+
     };
 }

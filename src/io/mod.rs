@@ -169,6 +169,14 @@ impl<T: AsFd> AsRawFd for Async<T> {
     }
 }
 
+impl<T: AsFd> crate::sync::select::sealed::Sealed for Async<T> {
+    fn operand(&self) -> crate::sync::select::sealed::Operand<'_> {
+        crate::sync::select::sealed::Operand::io(&self.source)
+    }
+}
+
+impl<T: AsFd> crate::sync::select::Pollable for Async<T> {}
+
 impl<T: AsFd + fmt::Debug> fmt::Debug for Async<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Async").field("inner", &self.inner).finish()

@@ -56,7 +56,7 @@ impl Source {
     ///
     /// Outside any runtime, the registration as it is: a wait that is already over needs no
     /// runtime, and a park panics saying one is needed.
-    fn registered_io(&self, what: &str) -> io::Result<Rc<ScheduledIo>> {
+    pub(crate) fn registered_io(&self, what: &str) -> io::Result<Rc<ScheduledIo>> {
         if !scheduler::in_runtime() {
             return Ok(self.registration.borrow().io.clone());
         }

@@ -50,13 +50,73 @@ pub(crate) enum Wait {
     Sync(&'static str),
     /// `thread::scope` waiting for this many green threads spawned in it to end.
     Scope(usize),
+    /// A `sync::select` over several operations at once.
+    Select(SelectWait),
+}
+
+/// What a parked `select` waits for, in one `Copy` word or two for the deadlock report: how
+/// many operations of each kind, and the first join and fd by name. Counts saturate at 255.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SelectWait {
+    pub(crate) receives: u8,
+    pub(crate) sends: u8,
+    pub(crate) joins: u8,
+    pub(crate) fds: u8,
+    /// The id of the first green thread joined.
+    pub(crate) first_join: u64,
+    /// The first fd waited on, and for what.
+    pub(crate) first_fd: Option<(RawFd, Interest)>,
+}
+
+impl fmt::Display for SelectWait {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let plural = |count: u8| if count == 1 { "" } else { "s" };
+        let mut parts = Vec::new();
+        if self.receives > 0 {
+            parts.push(format!(
+                "a receive on {} channel{}",
+                self.receives,
+                plural(self.receives)
+            ));
+        }
+        if self.sends > 0 {
+            parts.push(format!(
+                "a send on {} channel{}",
+                self.sends,
+                plural(self.sends)
+            ));
+        }
+        if self.joins > 0 {
+            let more = self.joins - 1;
+            parts.push(match more {
+                0 => format!("green thread {} to finish", self.first_join),
+                _ => format!(
+                    "green thread {} (or {more} more) to finish",
+                    self.first_join
+                ),
+            });
+        }
+        if let Some((fd, interest)) = self.first_fd {
+            let more = self.fds - 1;
+            parts.push(match more {
+                0 => format!("fd {fd} to be {interest}"),
+                _ => format!("fd {fd} to be {interest} (or {more} more fds)"),
+            });
+        }
+        if parts.is_empty() {
+            return f.write_str("in a select with nothing to wait for");
+        }
+        write!(f, "in a select, waiting for {}", parts.join(", or "))
+    }
 }
 
 impl Wait {
     /// Whether something other than a green thread (a timer, the kernel, another OS thread)
     /// could end this wait, given whether it has a deadline.
     pub(crate) fn can_end_by_itself(&self, has_deadline: bool) -> bool {
-        has_deadline || matches!(self, Wait::Sleep | Wait::Io { .. } | Wait::Remote(_))
+        has_deadline
+            || matches!(self, Wait::Sleep | Wait::Io { .. } | Wait::Remote(_))
+            || matches!(self, Wait::Select(select) if select.fds > 0)
     }
 }
 
@@ -76,6 +136,7 @@ impl fmt::Display for Wait {
                 f,
                 "waiting in thread::scope for {running} green threads spawned in it"
             ),
+            Wait::Select(select) => select.fmt(f),
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod mpsc;
 mod mutex;
 pub mod oneshot;
 mod rwlock;
+pub mod select;
 mod semaphore;
 mod wait_group;
 pub(crate) mod wait_queue;

@@ -38,6 +38,8 @@ use crate::runtime::task::{TaskKey, Wait, Wake};
 
 use super::wait_queue::WaitQueue;
 
+mod select;
+
 /// State shared by the ends of one channel (all on one runtime).
 struct Shared<T> {
     /// Messages with their sequence numbers (a rendezvous sender waits for its own).
@@ -536,6 +538,11 @@ impl<T> Receiver<T> {
                 None,
                 |task, park| {
                     self.shared.receivers_waiting.push(task.clone(), park);
+                    if self.shared.bound == Some(0) {
+                        // A select waiting to send on this rendezvous channel waits for a
+                        // receiver: here is one.
+                        self.shared.senders_waiting.notify_one();
+                    }
                     if let Some(inbox) = self.shared.inbox.get() {
                         let mut state = inbox.lock();
                         // The channel may come from a runtime that has ended: be woken here.

@@ -24,6 +24,8 @@ use crate::runtime::task::Wake;
 
 use super::wait_queue::WaitQueue;
 
+mod select;
+
 struct Shared<T> {
     value: RefCell<Option<T>>,
     sender_alive: Cell<bool>,

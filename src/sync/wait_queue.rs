@@ -136,8 +136,10 @@ impl WaitQueue {
     }
 
     /// Takes the entry that `registration` names out of the queue, if it is still there (a
-    /// notify takes the entry it wakes). O(1); keeps the others' order.
-    pub(crate) fn remove(&self, registration: Registration) {
+    /// notify takes the entry it wakes). O(1); keeps the others' order. Returns whether it was
+    /// there: if not, a notify (or `push`, dropping it as stale) took it, which a `select`
+    /// woken through several queues needs to know to pass a wake-up on.
+    pub(crate) fn remove(&self, registration: Registration) -> bool {
         let is_it = |(task, park): &Waiter| {
             std::ptr::eq(Rc::as_ptr(task), registration.task) && *park == registration.park
         };
@@ -147,7 +149,7 @@ impl WaitQueue {
             let next = self.rest.borrow_mut().pop_front();
             self.first.set(next);
             drop(first);
-            return;
+            return true;
         }
         self.first.set(first);
         if registration.slot != NIL {
@@ -157,8 +159,9 @@ impl WaitQueue {
                 .is_some_and(is_it)
                 .then(|| rest.unlink(registration.slot));
             drop(rest);
-            drop(removed);
+            return removed.is_some();
         }
+        false
     }
 
     /// How many entries the queue holds, stale ones included.

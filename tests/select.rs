@@ -1,0 +1,676 @@
+//! `sync::select` and `select!`: each kind of operation taken alone; exactly one taken when
+//! several are ready, the others losing nothing; the default branch, deadlines and timeouts;
+//! wake-ups passed on when a select consumed one it did not use; rendezvous channels with a
+//! select on either side; and cancellations and `time::timeout` scopes leaving the queues as
+//! they were. The property test at the end mixes all of it over several channels.
+
+use std::cell::{Cell, RefCell};
+use std::io::{Read, Write};
+use std::panic;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use greenweave::net::{TcpListener, TcpStream};
+use greenweave::os::unix::net::UnixStream;
+use greenweave::select;
+use greenweave::sync::select::{Select, SelectTimeoutError, TrySelectError};
+use greenweave::sync::{mpsc, oneshot};
+use greenweave::thread;
+use greenweave::time::timeout;
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|text| text.to_string()))
+        .unwrap_or_default()
+}
+
+/// Long enough never to pass in a test; only there to give a select a deadline.
+const NEVER: Duration = Duration::from_secs(600);
+
+// ---------------------------------------------------------------------------------------------
+// Each kind alone
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_receive_alone_waits_for_the_message_and_takes_it() {
+    let got = greenweave::run(|| {
+        let (tx, rx) = mpsc::channel();
+        greenweave::spawn(move || tx.send("hello").unwrap());
+        let mut select = Select::new();
+        let recv = select.recv(&rx);
+        let operation = select.select();
+        assert_eq!(operation.index(), recv);
+        operation.recv(&rx)
+    });
+    assert_eq!(got, Ok("hello"));
+}
+
+#[test]
+fn a_receive_on_a_oneshot_channel_waits_for_its_value() {
+    let got = greenweave::run(|| {
+        let (tx, rx) = oneshot::channel();
+        greenweave::spawn(move || tx.send(42).unwrap());
+        select! {
+            recv(rx) -> value => value,
+        }
+    });
+    assert_eq!(got, Ok(42));
+}
+
+#[test]
+fn a_receive_from_a_disconnected_channel_is_ready_and_fails() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::channel::<u8>();
+        drop(tx);
+        let got = select! {
+            recv(rx) -> message => message,
+        };
+        assert_eq!(got, Err(mpsc::RecvError));
+    });
+}
+
+#[test]
+fn a_send_on_a_full_bounded_channel_waits_for_room_then_sends() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::sync_channel(1);
+        tx.send(1).unwrap();
+        let events = Rc::new(RefCell::new(Vec::new()));
+        let receiver = {
+            let events = events.clone();
+            greenweave::spawn(move || {
+                events.borrow_mut().push("receiver takes 1");
+                assert_eq!(rx.recv(), Ok(1));
+                assert_eq!(rx.recv(), Ok(2));
+            })
+        };
+        select! {
+            send(tx, 2) -> sent => {
+                sent.unwrap();
+                events.borrow_mut().push("select sent 2");
+            }
+        }
+        receiver.join().unwrap();
+        assert_eq!(*events.borrow(), ["receiver takes 1", "select sent 2"]);
+    });
+}
+
+#[test]
+fn a_send_to_a_dropped_receiver_is_ready_and_hands_the_value_back() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::sync_channel::<String>(0);
+        drop(rx);
+        let got = select! {
+            send(tx, "kept".to_string()) -> sent => sent,
+        };
+        assert_eq!(got.unwrap_err().0, "kept");
+    });
+}
+
+#[test]
+fn a_join_alone_waits_for_the_green_thread_and_gives_its_result() {
+    greenweave::run(|| {
+        let worker = greenweave::spawn(|| {
+            thread::sleep(Duration::from_millis(1));
+            "result"
+        });
+        let got = select! {
+            join(worker) -> result => result.unwrap(),
+        };
+        assert_eq!(got, "result");
+    });
+}
+
+#[test]
+fn a_join_of_a_panicked_green_thread_gives_the_panic() {
+    greenweave::run(|| {
+        let worker = greenweave::spawn(|| -> u8 { panic!("boom") });
+        let mut select = Select::new();
+        select.join(&worker);
+        let operation = select.select();
+        let error = operation.join(worker).unwrap_err();
+        assert_eq!(error.panic_message(), Some("boom"));
+    });
+}
+
+#[test]
+fn a_readable_branch_waits_for_data_on_a_tcp_stream() {
+    greenweave::run(|| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let writer = greenweave::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            thread::sleep(Duration::from_millis(1));
+            stream.write_all(b"ping").unwrap();
+            stream
+        });
+        let mut stream = TcpStream::connect(address).unwrap();
+        let (_never_tx, never) = mpsc::channel::<()>();
+        select! {
+            recv(never) -> _ => unreachable!("nothing is sent"),
+            readable(stream) => {}
+        }
+        let mut buf = [0; 4];
+        stream.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"ping");
+        drop(writer.join().unwrap());
+    });
+}
+
+#[test]
+fn a_readable_branch_on_a_listener_is_taken_when_a_client_connects() {
+    greenweave::run(|| {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let client = greenweave::spawn(move || TcpStream::connect(address).unwrap());
+        let mut select = Select::new();
+        let accept = select.readable(&listener);
+        select.timeout(NEVER);
+        assert_eq!(select.select().index(), accept);
+        listener.accept().unwrap();
+        drop(client.join().unwrap());
+    });
+}
+
+#[test]
+fn a_writable_branch_is_taken_when_the_peer_makes_room() {
+    greenweave::run(|| {
+        let (mut full, mut peer) = UnixStream::pair().unwrap();
+        // Fill the socket's buffers.
+        let chunk = [7u8; 4096];
+        let mut written = 0;
+        loop {
+            let mut select = Select::new();
+            let writable = select.writable(&full);
+            match select.try_select() {
+                Ok(operation) => {
+                    assert_eq!(operation.index(), writable);
+                    written += full.write(&chunk).unwrap();
+                }
+                Err(TrySelectError) => break,
+            }
+        }
+        let reader = greenweave::spawn(move || {
+            let mut buf = vec![0; written + 4];
+            peer.read_exact(&mut buf).unwrap();
+            buf.split_off(written)
+        });
+        select! {
+            writable(full) => full.write_all(b"more").unwrap(),
+            timeout(NEVER) => unreachable!(),
+        }
+        assert_eq!(reader.join().unwrap(), b"more");
+    });
+}
+
+#[test]
+fn a_timeout_alone_is_a_sleep_that_other_green_threads_run_during() {
+    greenweave::run(|| {
+        let ticks = Rc::new(Cell::new(0));
+        let heartbeat = {
+            let ticks = ticks.clone();
+            greenweave::spawn(move || {
+                loop {
+                    ticks.set(ticks.get() + 1);
+                    thread::yield_now();
+                }
+            })
+        };
+        let start = Instant::now();
+        let taken = select! {
+            timeout(Duration::from_millis(2)) => "timeout",
+        };
+        assert_eq!(taken, "timeout");
+        assert!(start.elapsed() >= Duration::from_millis(2));
+        assert!(ticks.get() > 0, "the heartbeat ran while the select waited");
+        heartbeat.cancel();
+    });
+}
+
+#[test]
+fn the_nearest_deadline_is_taken_when_nothing_else_becomes_ready() {
+    greenweave::run(|| {
+        let (_tx, rx) = mpsc::channel::<()>();
+        let now = Instant::now();
+        let mut select = Select::new();
+        select.recv(&rx);
+        let later = select.deadline(now + NEVER);
+        let sooner = select.deadline(now + Duration::from_millis(1));
+        let operation = select.select();
+        assert_eq!(operation.index(), sooner);
+        assert_ne!(operation.index(), later);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exactly one, nothing lost
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn of_two_ready_receives_exactly_one_is_taken_and_the_other_message_stays() {
+    greenweave::run(|| {
+        let (a_tx, a) = mpsc::channel();
+        let (b_tx, b) = mpsc::channel();
+        a_tx.send("a").unwrap();
+        b_tx.send("b").unwrap();
+        let taken = select! {
+            recv(a) -> message => message.unwrap(),
+            recv(b) -> message => message.unwrap(),
+        };
+        let left = if taken == "a" { &b } else { &a };
+        let other = if taken == "a" { "b" } else { "a" };
+        assert_eq!(left.try_recv(), Ok(other));
+        assert_eq!(a.try_recv(), Err(mpsc::TryRecvError::Empty));
+        assert_eq!(b.try_recv(), Err(mpsc::TryRecvError::Empty));
+    });
+}
+
+#[test]
+fn the_value_of_a_send_that_is_not_taken_is_never_evaluated() {
+    greenweave::run(|| {
+        let (full_tx, full_rx) = mpsc::sync_channel(1);
+        full_tx.send(0).unwrap();
+        let (ready_tx, ready) = mpsc::channel();
+        ready_tx.send("ready").unwrap();
+        let made = Cell::new(0);
+        let make = || {
+            made.set(made.get() + 1);
+            1
+        };
+        let taken = select! {
+            send(full_tx, make()) -> _ => "send",
+            recv(ready) -> _ => "recv",
+        };
+        assert_eq!(taken, "recv");
+        assert_eq!(made.get(), 0);
+        assert_eq!(full_rx.try_recv(), Ok(0));
+        assert!(full_rx.try_recv().is_err());
+    });
+}
+
+#[test]
+fn a_join_handle_is_moved_only_when_its_branch_is_taken() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::channel();
+        let worker = greenweave::spawn(|| {
+            thread::sleep(Duration::from_millis(1));
+            5
+        });
+        tx.send(()).unwrap();
+        let worker = select! {
+            join(worker) -> _ => unreachable!("still sleeping"),
+            recv(rx) -> _ => worker, // not taken: the handle is still ours
+        };
+        assert_eq!(worker.join().unwrap(), 5);
+    });
+}
+
+#[test]
+fn every_ready_operation_is_taken_sometimes() {
+    greenweave::run(|| {
+        let (a_tx, a) = mpsc::channel();
+        let (b_tx, b) = mpsc::channel();
+        let (c_tx, c) = mpsc::channel();
+        let mut taken = [0; 3];
+        for _ in 0..300 {
+            for tx in [&a_tx, &b_tx, &c_tx] {
+                tx.send(()).unwrap();
+            }
+            let index = select! {
+                recv(a) -> _ => 0,
+                recv(b) -> _ => 1,
+                recv(c) -> _ => 2,
+            };
+            taken[index] += 1;
+            // Empty the others again.
+            for rx in [&a, &b, &c] {
+                while rx.try_recv().is_ok() {}
+            }
+        }
+        assert!(taken.iter().all(|&count| count > 0), "{taken:?}");
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// default, deadlines and timeouts
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn the_default_branch_is_taken_when_nothing_is_ready_and_only_then() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::channel();
+        let first = select! {
+            recv(rx) -> _ => "recv",
+            default => "default",
+        };
+        tx.send(()).unwrap();
+        let second = select! {
+            recv(rx) -> _ => "recv",
+            default => "default",
+        };
+        assert_eq!([first, second], ["default", "recv"]);
+    });
+}
+
+#[test]
+fn a_message_that_arrives_in_time_beats_the_timeout_branch() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::channel();
+        greenweave::spawn(move || tx.send(1).unwrap());
+        let got = select! {
+            recv(rx) -> message => message.ok(),
+            timeout(NEVER) => None,
+        };
+        assert_eq!(got, Some(1));
+    });
+}
+
+#[test]
+fn a_ready_operation_wins_over_a_deadline_that_has_passed_too() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::channel();
+        tx.send(1).unwrap();
+        for _ in 0..50 {
+            let got = select! {
+                deadline(Instant::now()) => None,
+                recv(rx) -> message => message.ok(),
+            };
+            assert_eq!(got, Some(1));
+            tx.send(1).unwrap();
+        }
+    });
+}
+
+#[test]
+fn select_timeout_gives_up_and_the_message_sent_later_stays_for_a_plain_recv() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::channel();
+        let mut select = Select::new();
+        select.recv(&rx);
+        assert_eq!(
+            select
+                .select_timeout(Duration::from_millis(1))
+                .map(|operation| operation.index()),
+            Err(SelectTimeoutError)
+        );
+        tx.send(9).unwrap();
+        assert_eq!(rx.recv(), Ok(9));
+    });
+}
+
+#[test]
+fn a_select_ended_by_a_time_timeout_scope_takes_nothing() {
+    greenweave::run(|| {
+        let (a_tx, a) = mpsc::channel();
+        let (b_tx, b) = mpsc::sync_channel(1);
+        b_tx.send(0).unwrap();
+        let ended = timeout(Duration::from_millis(1), || {
+            select! {
+                recv(a) -> _ => unreachable!("nothing is sent"),
+                send(b_tx, 1) -> _ => unreachable!("the channel is full"),
+            }
+        });
+        assert!(ended.is_err());
+        a_tx.send(5).unwrap();
+        assert_eq!(a.recv(), Ok(5));
+        assert_eq!(b.recv(), Ok(0));
+        assert!(
+            b.try_recv().is_err(),
+            "the send that was not taken sent nothing"
+        );
+        b_tx.send(2).unwrap();
+        assert_eq!(b.recv(), Ok(2));
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Passing on the wake-ups a select consumed
+// ---------------------------------------------------------------------------------------------
+
+/// A select parked on A and B is the first waiter on B; a plain receiver waits behind it on B.
+/// B gets a message, then A, in the same turn: the select is woken through B, and takes A or B
+/// at random. When it takes A, B's wake-up must go to the other receiver, or B's message sits
+/// in the channel while its receiver sleeps (and `run` reports a deadlock).
+#[test]
+fn a_select_that_takes_another_channel_passes_the_wake_up_on_to_the_next_receiver() {
+    greenweave::run(|| {
+        let mut took_a = 0;
+        for _ in 0..64 {
+            let (a_tx, a) = mpsc::channel::<&str>();
+            let (b_tx, b) = mpsc::channel::<&str>();
+            let b = Rc::new(b);
+            let selecting = {
+                let b = b.clone();
+                greenweave::spawn(move || {
+                    select! {
+                        recv(a) -> message => message.unwrap(),
+                        recv(b) -> message => message.unwrap(),
+                    }
+                })
+            };
+            thread::yield_now(); // the select parks first on B
+            let plain = {
+                let b = b.clone();
+                greenweave::spawn(move || b.recv().unwrap())
+            };
+            thread::yield_now(); // the plain receiver parks behind it
+            b_tx.send("b").unwrap();
+            a_tx.send("a").unwrap();
+            let taken = selecting.join().unwrap();
+            if taken == "a" {
+                took_a += 1;
+            } else {
+                b_tx.send("b again").unwrap();
+            }
+            let expected = if taken == "a" { "b" } else { "b again" };
+            assert_eq!(plain.join().unwrap(), expected);
+        }
+        assert!(took_a > 0);
+    });
+}
+
+/// The same on the sending side: room made in a bounded channel wakes the select first, which
+/// may send on another channel instead; the room must go to the plain sender behind it.
+#[test]
+fn a_select_that_sends_elsewhere_passes_the_room_on_to_the_next_sender() {
+    greenweave::run(|| {
+        let mut sent_d = 0;
+        for _ in 0..64 {
+            let (c_tx, c) = mpsc::sync_channel::<&str>(1);
+            let (d_tx, d) = mpsc::sync_channel::<&str>(1);
+            c_tx.send("c0").unwrap();
+            d_tx.send("d0").unwrap();
+            let selecting = {
+                let (c_tx, d_tx) = (c_tx.clone(), d_tx.clone());
+                greenweave::spawn(move || {
+                    select! {
+                        send(c_tx, "c1") -> sent => { sent.unwrap(); "c" }
+                        send(d_tx, "d1") -> sent => { sent.unwrap(); "d" }
+                    }
+                })
+            };
+            thread::yield_now(); // the select parks first on C
+            let plain = {
+                let c_tx = c_tx.clone();
+                greenweave::spawn(move || c_tx.send("c2").unwrap())
+            };
+            thread::yield_now(); // the plain sender parks behind it
+            assert_eq!(c.recv(), Ok("c0"));
+            assert_eq!(d.recv(), Ok("d0"));
+            let took = selecting.join().unwrap();
+            if took == "d" {
+                sent_d += 1;
+                plain.join().unwrap();
+                assert_eq!(c.recv(), Ok("c2"));
+                assert_eq!(d.recv(), Ok("d1"));
+            } else {
+                assert_eq!(c.recv(), Ok("c1"));
+                plain.join().unwrap();
+                assert_eq!(c.recv(), Ok("c2"));
+            }
+        }
+        assert!(sent_d > 0);
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rendezvous channels
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_send_select_on_a_rendezvous_channel_is_taken_when_a_plain_receiver_arrives() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::sync_channel::<u32>(0);
+        let sender = greenweave::spawn(move || {
+            // No deadline: without the receiver's wake-up this is a deadlock, which `run`
+            // reports.
+            select! {
+                send(tx, 7) -> sent => sent.unwrap(),
+            }
+        });
+        thread::yield_now(); // the select parks: no receiver yet
+        assert_eq!(rx.recv(), Ok(7));
+        sender.join().unwrap();
+    });
+}
+
+#[test]
+fn a_send_select_and_a_receive_select_on_one_rendezvous_channel_meet() {
+    greenweave::run(|| {
+        for sender_first in [true, false] {
+            let (tx, rx) = mpsc::sync_channel::<u32>(0);
+            let (_idle_tx, idle) = mpsc::channel::<u32>();
+            let send = move || {
+                select! {
+                    send(tx, 3) -> sent => sent.unwrap(),
+                }
+            };
+            let receive = move || {
+                select! {
+                    recv(rx) -> got => got.unwrap(),
+                    recv(idle) -> _ => unreachable!("nothing is sent"),
+                }
+            };
+            let (sender, receiver) = if sender_first {
+                let sender = greenweave::spawn(send);
+                thread::yield_now();
+                (sender, greenweave::spawn(receive))
+            } else {
+                let receiver = greenweave::spawn(receive);
+                thread::yield_now();
+                (greenweave::spawn(send), receiver)
+            };
+            assert_eq!(receiver.join().unwrap(), 3);
+            sender.join().unwrap();
+        }
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cancellation, completion checks, the deadlock report
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_select_cancelled_while_parked_takes_nothing_and_every_channel_works_after() {
+    greenweave::run(|| {
+        let (a_tx, a) = mpsc::channel::<u32>();
+        let (b_tx, b) = mpsc::sync_channel::<u32>(1);
+        b_tx.send(0).unwrap();
+        let (r_tx, r) = mpsc::sync_channel::<u32>(0);
+        let worker = greenweave::spawn(|| {
+            thread::sleep(Duration::from_millis(1));
+            "worker"
+        });
+        let a = Rc::new(a);
+        let selecting = {
+            let (a, b_tx, r_tx) = (a.clone(), b_tx.clone(), r_tx.clone());
+            greenweave::spawn(move || {
+                select! {
+                    recv(a) -> _ => unreachable!("cancelled first"),
+                    send(b_tx, 1) -> _ => unreachable!("cancelled first"),
+                    send(r_tx, 2) -> _ => unreachable!("cancelled first"),
+                    join(worker) -> _ => unreachable!("cancelled first"),
+                }
+            })
+        };
+        thread::yield_now(); // it parks
+        selecting.cancel();
+        assert!(selecting.join().unwrap_err().is_cancelled());
+        // Nothing was taken and the queues work as if it had never waited.
+        a_tx.send(10).unwrap();
+        assert_eq!(a.recv(), Ok(10));
+        assert_eq!(b.recv(), Ok(0));
+        assert!(b.try_recv().is_err());
+        let rendezvous = greenweave::spawn(move || r.recv().unwrap());
+        r_tx.send(11).unwrap();
+        assert_eq!(rendezvous.join().unwrap(), 11);
+    });
+}
+
+#[test]
+fn completing_with_another_channel_than_the_one_selected_panics() {
+    greenweave::run(|| {
+        let (a_tx, a) = mpsc::channel::<u8>();
+        let (_b_tx, b) = mpsc::channel::<u8>();
+        a_tx.send(1).unwrap();
+        let mut select = Select::new();
+        select.recv(&a);
+        select.recv(&b);
+        let operation = select.select();
+        let outcome = panic::catch_unwind(panic::AssertUnwindSafe(|| operation.recv(&b)));
+        let message = panic_message(&*outcome.unwrap_err());
+        assert!(
+            message.contains("another operation than the one selected"),
+            "{message}"
+        );
+        assert_eq!(a.try_recv(), Ok(1), "nothing was taken");
+    });
+}
+
+#[test]
+fn dropping_a_selected_receive_without_completing_it_panics() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::channel::<u8>();
+        tx.send(1).unwrap();
+        let outcome = panic::catch_unwind(panic::AssertUnwindSafe(|| {
+            let mut select = Select::new();
+            select.recv(&rx);
+            drop(select.select());
+        }));
+        let message = panic_message(&*outcome.unwrap_err());
+        assert!(
+            message.contains("dropped without being completed"),
+            "{message}"
+        );
+        assert_eq!(rx.try_recv(), Ok(1));
+    });
+}
+
+#[test]
+fn a_select_that_can_never_end_is_reported_as_a_deadlock_saying_what_it_waits_for() {
+    let outcome = panic::catch_unwind(|| {
+        greenweave::run(|| {
+            let (_a_tx, a) = mpsc::channel::<u8>();
+            let (b_tx, _b) = mpsc::sync_channel::<u8>(0);
+            let idle = greenweave::spawn(|| {
+                let (_tx, rx) = mpsc::channel::<u8>();
+                rx.recv().ok()
+            });
+            select! {
+                recv(a) -> _ => {}
+                send(b_tx, 1) -> _ => {}
+                join(idle) -> _ => {}
+            }
+        })
+    });
+    let message = panic_message(&*outcome.unwrap_err());
+    assert!(message.contains("deadlock"), "{message}");
+    assert!(
+        message.contains(
+            "in a select, waiting for a receive on 1 channel, or a send on 1 channel, or green \
+             thread 2 to finish"
+        ),
+        "{message}"
+    );
+}
