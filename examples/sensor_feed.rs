@@ -88,14 +88,12 @@ fn main() {
         let mut quiet_spells = 0;
         let skipped = loop {
             select! {
-                recv(received) -> reading => match reading {
-                    Ok(value) => {
-                        count += 1;
-                        total += value;
-                        println!("reading {count}: {value:.1}");
-                    }
-                    // The parser has finished: its join branch is ready too.
-                    Err(_) => {}
+                // Err once the parser has finished and the channel is empty: its join branch
+                // is ready then too.
+                recv(received) -> reading => if let Ok(value) = reading {
+                    count += 1;
+                    total += value;
+                    println!("reading {count}: {value:.1}");
                 },
                 timeout(Duration::from_millis(30)) => {
                     quiet_spells += 1;
