@@ -463,8 +463,11 @@ fn a_timeout_that_elapses_in_the_closure_ends_the_scoped_threads_before_it_retur
         let outcome = time::timeout(Duration::from_millis(5), || {
             let witness = Witness::new(&log, "timed frame's data");
             thread::scope(|s| {
-                s.spawn(|| {
-                    let _noted = note_on_drop(&witness, "child unwound");
+                // Made before the spawn: the note is written whether the child ran or was
+                // dropped unrun (the timeout may elapse before it starts, as under qemu).
+                let noted = note_on_drop(&witness, "child unwound");
+                s.spawn(move || {
+                    let _noted = noted;
                     thread::sleep(FOREVER);
                 });
                 thread::sleep(FOREVER);
@@ -490,8 +493,11 @@ fn a_timeout_that_elapses_while_the_scope_waits_ends_the_scoped_threads_before_i
         let outcome = time::timeout(Duration::from_millis(5), || {
             let witness = Witness::new(&log, "timed frame's data");
             thread::scope(|s| {
-                s.spawn(|| {
-                    let _noted = note_on_drop(&witness, "child unwound");
+                // Made before the spawn: the note is written whether the child ran or was
+                // dropped unrun (the timeout may elapse before it starts, as under qemu).
+                let noted = note_on_drop(&witness, "child unwound");
+                s.spawn(move || {
+                    let _noted = noted;
                     thread::sleep(FOREVER);
                 });
                 "the closure returned"
@@ -527,8 +533,11 @@ fn a_green_thread_spawned_by_a_destructor_while_the_scope_is_cancelled_never_run
                         drop(late);
                     }
                 }
-                s.spawn(|| {
-                    let _spawner = SpawnOnDrop(s, &ran);
+                // Made before the spawn, so its destructor runs whether the child ran or was
+                // dropped unrun.
+                let spawner = SpawnOnDrop(s, &ran);
+                s.spawn(move || {
+                    let _spawner = spawner;
                     thread::sleep(FOREVER);
                 });
                 thread::sleep(FOREVER);
