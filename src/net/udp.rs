@@ -92,7 +92,8 @@ impl UdpSocket {
     ///
     /// # Errors
     /// Those of std (`NotConnected` before [`connect`](Self::connect); `ConnectionRefused` when
-    /// an earlier datagram drew an ICMP port-unreachable); `WouldBlock` past the write timeout, as std's.
+    /// an earlier datagram drew an ICMP port-unreachable); `WouldBlock` past the write
+    /// timeout, as std's.
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
         self.source.do_io(
             "UdpSocket::send",

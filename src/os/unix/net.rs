@@ -585,7 +585,8 @@ impl UnixDatagram {
     /// kept full only by *other* senders can hold it until the write timeout.
     ///
     /// # Errors
-    /// Those of std (`NotFound`, `ConnectionRefused`); `WouldBlock` past the write timeout, as std's.
+    /// Those of std (`NotFound`, `ConnectionRefused`); `WouldBlock` past the write timeout,
+    /// as std's.
     pub fn send_to<P: AsRef<Path>>(&self, buf: &[u8], path: P) -> io::Result<usize> {
         self.send_to_addr(buf, &SocketAddr::from_pathname(path)?)
     }
