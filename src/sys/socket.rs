@@ -219,9 +219,10 @@ fn unix_from_raw(raw: &libc::sockaddr_un, len: libc::socklen_t) -> io::Result<Un
     let name_len = (len as usize)
         .saturating_sub(offset)
         .min(raw.sun_path.len());
+    // `c_char` is `i8` on x86_64 and `u8` on aarch64: take the byte as it is either way.
     let name: Vec<u8> = raw.sun_path[..name_len]
         .iter()
-        .map(|&byte| byte as u8)
+        .map(|byte| u8::from_ne_bytes(byte.to_ne_bytes()))
         .collect();
     match name.split_first() {
         None => unnamed_unix_addr(),
