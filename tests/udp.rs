@@ -72,7 +72,7 @@ fn peer_addr_of_an_unconnected_socket_is_not_connected() {
 }
 
 #[test]
-fn a_recv_that_waits_past_the_read_timeout_returns_timed_out() {
+fn a_recv_that_waits_past_the_read_timeout_returns_would_block() {
     greenweave::run(|| {
         let socket = bind_loopback();
         socket
@@ -81,15 +81,15 @@ fn a_recv_that_waits_past_the_read_timeout_returns_timed_out() {
         let mut buf = [0; 16];
         assert_eq!(
             socket.recv(&mut buf).unwrap_err().kind(),
-            ErrorKind::TimedOut
+            ErrorKind::WouldBlock
         );
         assert_eq!(
             socket.recv_from(&mut buf).unwrap_err().kind(),
-            ErrorKind::TimedOut
+            ErrorKind::WouldBlock
         );
         assert_eq!(
             socket.peek(&mut buf).unwrap_err().kind(),
-            ErrorKind::TimedOut
+            ErrorKind::WouldBlock
         );
         // The socket still works after a timeout.
         bind_loopback()

@@ -5,12 +5,13 @@
 //! socket) and, for the first two, `read_timeout` / `write_timeout: Cell<Option<Duration>>`.
 
 /// The four timeout accessors of std's sockets, as inherent methods (use inside `impl`).
-/// A green call that waits longer than its timeout fails with `ErrorKind::TimedOut`.
+/// A green call that waits longer than its timeout fails with `ErrorKind::WouldBlock`, as
+/// std's does on Linux.
 macro_rules! timeout_methods {
     () => {
         /// Bounds each read or receive: one that waits longer fails with
-        /// `ErrorKind::TimedOut` (std reports `WouldBlock` on Unix; a green call never returns
-        /// `WouldBlock`). `None` waits forever.
+        /// `ErrorKind::WouldBlock`, as std's does on Linux (the kernel's `EAGAIN`), with a
+        /// message naming the read timeout. `None` waits forever.
         ///
         /// # Errors
         /// `InvalidInput` for `Some(Duration::ZERO)`, as std.

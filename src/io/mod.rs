@@ -87,6 +87,34 @@ impl<T: AsFd> Async<T> {
             })
     }
 
+    /// Moves this wrapper into or out of non-blocking mode, as std's sockets'
+    /// `set_nonblocking`: non-blocking, [`Read`], [`Write`], [`read_with`](Self::read_with) and
+    /// [`write_with`](Self::write_with) return the operation's `ErrorKind::WouldBlock` at once
+    /// instead of parking this green thread ([`readable`](Self::readable) and
+    /// [`writable`](Self::writable) still wait: they are explicit waits).
+    ///
+    /// Only the wrapper's choice changes: the fd stays non-blocking (the runtime needs that), so
+    /// do not call the inner value's own `set_nonblocking(false)`.
+    ///
+    /// ```
+    /// use std::io::{ErrorKind, Read, Write};
+    /// use std::os::unix::net::UnixStream;
+    /// use greenweave::io::Async;
+    ///
+    /// greenweave::run(|| {
+    ///     let (a, b) = UnixStream::pair().unwrap();
+    ///     let (mut a, mut b) = (Async::new(a).unwrap(), Async::new(b).unwrap());
+    ///     b.set_nonblocking(true);
+    ///     let mut buf = [0; 5];
+    ///     assert_eq!(b.read(&mut buf).unwrap_err().kind(), ErrorKind::WouldBlock);
+    ///     a.write_all(b"hello").unwrap();
+    ///     assert_eq!(b.read(&mut buf).unwrap(), 5);
+    /// });
+    /// ```
+    pub fn set_nonblocking(&self, nonblocking: bool) {
+        self.source.set_nonblocking(nonblocking);
+    }
+
     /// The inner value.
     pub fn get_ref(&self) -> &T {
         &self.inner

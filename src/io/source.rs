@@ -3,6 +3,13 @@
 //! edge (or the deadline); retry `EINTR`. Also the accept loop's variant of it, which pauses
 //! after a failure for lack of resources (see [`Source::do_accept`]).
 //!
+//! Two of std's behaviours live here too, so every green socket type gets them alike. A read
+//! or write that runs past its timeout fails with `ErrorKind::WouldBlock`, as std's does on
+//! Linux (the kernel's `EAGAIN` for `SO_RCVTIMEO`/`SO_SNDTIMEO`); an explicit wait's own
+//! deadline (`connect_timeout`) is `TimedOut`, as std's. And a source the program made
+//! non-blocking ([`Source::set_nonblocking`]) returns `WouldBlock` where it would park: the
+//! program's choice, kept here, while the fd itself is always `O_NONBLOCK` for the runtime.
+//!
 //! An I/O object can outlive the runtime it was registered with (returned from `run`) and be
 //! used in a later one on the same OS thread. The old epoll is gone with its runtime, so a
 //! park would wait for events that can never come: before it parks, a source whose
@@ -28,6 +35,9 @@ pub(crate) struct Source {
     /// With the reactor of the runtime that last parked on this fd (or created it). Replaced
     /// only in `registered_io`; no borrow of it is held across an operation or a park.
     registration: RefCell<Registration>,
+    /// The program's `set_nonblocking(true)`: an operation that would park returns
+    /// `WouldBlock` instead. Read only on that path. The fd is non-blocking either way.
+    nonblocking: Cell<bool>,
 }
 
 impl Source {
@@ -41,11 +51,25 @@ impl Source {
         Ok(Source {
             fd,
             registration: RefCell::new(registration),
+            nonblocking: Cell::new(false),
         })
     }
 
     pub(crate) fn fd(&self) -> RawFd {
         self.fd
+    }
+
+    /// The program's choice, as std's `set_nonblocking`: when `true`, [`do_io`](Self::do_io)
+    /// and [`do_accept`](Self::do_accept) try the operation once and return its `WouldBlock`
+    /// instead of parking. Changes nothing in the kernel: the fd stays `O_NONBLOCK` (which the
+    /// runtime needs, and which the hooks' `fd_state` has recorded), so no other handle of the
+    /// same file, and no hooked libc call on it, sees a difference.
+    pub(crate) fn set_nonblocking(&self, nonblocking: bool) {
+        self.nonblocking.set(nonblocking);
+    }
+
+    pub(crate) fn is_nonblocking(&self) -> bool {
+        self.nonblocking.get()
     }
 
     /// The fd's readiness and waiters in the running runtime's reactor: registers the fd there
@@ -88,7 +112,10 @@ impl Source {
     }
 
     /// Runs `operation` until it completes, parking this green thread while the fd is not
-    /// ready in `interest`'s direction. `timeout` bounds the whole call.
+    /// ready in `interest`'s direction. `timeout` bounds the whole call: past it, the call
+    /// fails with `WouldBlock`, saying which timeout passed (std on Linux reports the
+    /// kernel's `EAGAIN` there). A non-blocking source returns the operation's `WouldBlock`
+    /// instead of parking.
     ///
     /// Spends a unit of the green thread's budget first (`runtime::budget`), so that a loop of
     /// calls that never park (a peer that always keeps up, an accept that keeps failing) lets
@@ -103,17 +130,24 @@ impl Source {
         budget::spend(what);
         let deadline = timeout.and_then(|timeout| Instant::now().checked_add(timeout));
         loop {
-            if self.is_ready(interest) {
+            // Non-blocking: always ask the kernel, as std does (the cache may be another
+            // runtime's, or no runtime may be running at all).
+            if self.is_ready(interest) || self.nonblocking.get() {
                 match operation() {
                     Err(error) if error.kind() == io::ErrorKind::WouldBlock => {
-                        self.registration.borrow().io.clear_readiness(interest)
+                        self.registration.borrow().io.clear_readiness(interest);
+                        if self.nonblocking.get() {
+                            return Err(error);
+                        }
                     }
                     Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
                     result => return result,
                 }
             }
             // The operation will be retried anyway, so trust the edge: no poll(2) check.
-            self.park_until(what, interest, deadline, Verify::No)?;
+            if !self.park_until(what, interest, deadline, Verify::No)? {
+                return Err(timeout_passed(what, interest, timeout, self.fd));
+            }
         }
     }
 
@@ -129,6 +163,9 @@ impl Source {
     /// forgetting it would leave them unserved until another client connects. The call after
     /// the pause tries `accept(2)` again, which either succeeds or (nothing queued) clears the
     /// cache and parks as usual.
+    ///
+    /// A non-blocking source never parks, for the pause either: its caller polls, and gets the
+    /// error at once.
     pub(crate) fn do_accept<R>(
         &self,
         what: &str,
@@ -140,7 +177,7 @@ impl Source {
                 backoff.reset();
                 Ok(accepted)
             }
-            Err(error) if is_out_of_resources(&error) => {
+            Err(error) if is_out_of_resources(&error) && !self.nonblocking.get() => {
                 let deadline = Instant::now().checked_add(backoff.next_pause());
                 // Parked only for the pause: a cancellation or an expired `timeout` unwinds
                 // out of `park`; a spurious wake-up just ends the pause early.
@@ -157,22 +194,36 @@ impl Source {
     /// counts as ready so that the operation is simply tried), which is right for `do_io` but
     /// not for an explicit wait: so when the cache says ready, the kernel is asked with a
     /// zero-timeout `poll(2)` before returning, and a "no" clears the cache and parks.
+    ///
+    /// # Errors
+    /// `TimedOut` when `deadline` passes first (std's `connect_timeout` error).
     pub(crate) fn wait_until(
         &self,
         what: &str,
         interest: Interest,
         deadline: Option<Instant>,
     ) -> io::Result<()> {
-        self.park_until(what, interest, deadline, Verify::Yes)
+        if self.park_until(what, interest, deadline, Verify::Yes)? {
+            return Ok(());
+        }
+        Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "{what} timed out waiting for fd {} to be {interest}",
+                self.fd
+            ),
+        ))
     }
 
+    /// Parks until the fd is ready in `interest`'s direction: `Ok(true)`; `Ok(false)` when
+    /// `deadline` passes first (each caller says what that means).
     fn park_until(
         &self,
         what: &str,
         interest: Interest,
         deadline: Option<Instant>,
         verify: Verify,
-    ) -> io::Result<()> {
+    ) -> io::Result<bool> {
         loop {
             let io = self.registered_io(what)?;
             if io.is_closed() {
@@ -182,7 +233,7 @@ impl Source {
                 if verify == Verify::No
                     || crate::sys::is_ready_now(io.fd, interest == Interest::Writable)?
                 {
-                    return Ok(());
+                    return Ok(true);
                 }
                 io.clear_readiness(interest);
             }
@@ -192,19 +243,18 @@ impl Source {
             };
             match scheduler::park(what, wait, deadline, Some(io), |_, _| {}) {
                 Wake::Notified => continue,
-                Wake::TimedOut => {
+                Wake::TimedOut if std::thread::panicking() => {
                     // While unwinding, `park` refuses to wait and times out at once: say so.
-                    let failed = if std::thread::panicking() {
-                        "could not wait (the green thread is unwinding, and a green thread does \
-                         not switch while it unwinds)"
-                    } else {
-                        "timed out waiting"
-                    };
                     return Err(io::Error::new(
                         io::ErrorKind::TimedOut,
-                        format!("{what} {failed} for fd {} to be {interest}", self.fd),
+                        format!(
+                            "{what} could not wait (the green thread is unwinding, and a green \
+                             thread does not switch while it unwinds) for fd {} to be {interest}",
+                            self.fd
+                        ),
                     ));
                 }
+                Wake::TimedOut => return Ok(false),
                 // `park` raises a cancellation itself, as an unwind; it never returns it.
                 Wake::Cancelled => unreachable!("park returned Wake::Cancelled"),
             }
@@ -256,6 +306,28 @@ enum Verify {
     Yes,
     /// `do_io`: the operation itself is the check, and it is retried on `WouldBlock`.
     No,
+}
+
+/// The error of a read or write that ran past its timeout: `WouldBlock`, as std's on Linux
+/// (where the kernel returns `EAGAIN`), so code written for std's sockets recognises it.
+fn timeout_passed(
+    what: &str,
+    interest: Interest,
+    timeout: Option<Duration>,
+    fd: RawFd,
+) -> io::Error {
+    let which = match interest {
+        Interest::Readable => "read",
+        Interest::Writable => "write",
+    };
+    let timeout = timeout.unwrap_or_default();
+    io::Error::new(
+        io::ErrorKind::WouldBlock,
+        format!(
+            "{what}: the {which} timeout ({timeout:?}) passed before fd {fd} was {interest} \
+             (std reports this as WouldBlock too); set a longer one with set_{which}_timeout"
+        ),
+    )
 }
 
 fn closed(what: &str) -> io::Error {

@@ -101,7 +101,9 @@ impl TcpListener {
     }
 
     /// Makes a std listener green (switches it to non-blocking mode and registers it). Its
-    /// backlog stays as it is (128 if std's `bind` made it).
+    /// backlog stays as it is (128 if std's `bind` made it). The green listener parks in
+    /// [`accept`](Self::accept) whatever the std one's mode was, until
+    /// [`set_nonblocking`](Self::set_nonblocking) says otherwise.
     pub fn from_std(listener: net::TcpListener) -> io::Result<TcpListener> {
         let source = Source::new("TcpListener::from_std", listener.as_raw_fd())?;
         Ok(TcpListener {
@@ -163,9 +165,42 @@ impl TcpListener {
         self.inner.take_error()
     }
 
-    /// A second handle to the same socket (a `dup`), registered separately.
+    /// Moves the listener into or out of non-blocking mode, as std's: non-blocking,
+    /// [`accept`](Self::accept) returns `ErrorKind::WouldBlock` at once when no connection is
+    /// queued, instead of parking this green thread. Accepted streams start in blocking
+    /// (parking) mode, as on Linux.
+    ///
+    /// The mode is this handle's: the socket stays non-blocking underneath (the runtime needs
+    /// that), so a [`try_clone`](Self::try_clone) starts in this handle's mode and keeps its
+    /// own afterwards, where std's clones share one.
+    ///
+    /// ```
+    /// use std::io::ErrorKind;
+    /// use greenweave::net::{TcpListener, TcpStream};
+    ///
+    /// greenweave::run(|| {
+    ///     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    ///     listener.set_nonblocking(true).unwrap();
+    ///     let error = listener.accept().unwrap_err(); // nobody has connected
+    ///     assert_eq!(error.kind(), ErrorKind::WouldBlock);
+    ///     let _client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    ///     listener.accept().unwrap(); // the connection is queued: no wait needed
+    /// });
+    /// ```
+    ///
+    /// # Errors
+    /// None today; the `io::Result` is std's signature.
+    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        self.source.set_nonblocking(nonblocking);
+        Ok(())
+    }
+
+    /// A second handle to the same socket (a `dup`), registered separately, in this handle's
+    /// blocking or non-blocking mode.
     pub fn try_clone(&self) -> io::Result<TcpListener> {
-        TcpListener::from_std(self.inner.try_clone()?)
+        let clone = TcpListener::from_std(self.inner.try_clone()?)?;
+        clone.source.set_nonblocking(self.source.is_nonblocking());
+        Ok(clone)
     }
 }
 
@@ -249,7 +284,9 @@ impl TcpStream {
     }
 
     /// Makes a std stream green (switches it to non-blocking mode and registers it). Its std
-    /// timeouts are not carried over; set them with [`set_read_timeout`](Self::set_read_timeout).
+    /// timeouts and mode are not carried over: the green stream parks (see
+    /// [`set_nonblocking`](Self::set_nonblocking)); set timeouts with
+    /// [`set_read_timeout`](Self::set_read_timeout).
     pub fn from_std(stream: net::TcpStream) -> io::Result<TcpStream> {
         let source = Source::new("TcpStream::from_std", stream.as_raw_fd())?;
         Ok(TcpStream::with_source(source, stream))
@@ -302,7 +339,23 @@ impl TcpStream {
 
     crate::io::green_socket::timeout_methods!();
 
-    /// Receives data without removing it from the queue, waiting for some if there is none.
+    /// Receives data without removing it from the queue, waiting for some if there is none
+    /// (bounded by the read timeout; non-blocking: `WouldBlock` at once).
+    ///
+    /// ```
+    /// use std::io::{Read, Write};
+    /// use greenweave::net::{TcpListener, TcpStream};
+    ///
+    /// greenweave::run(|| {
+    ///     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    ///     let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    ///     let (mut served, _) = listener.accept().unwrap();
+    ///     client.write_all(b"hi").unwrap();
+    ///     let mut buf = [0; 8];
+    ///     assert_eq!(served.peek(&mut buf).unwrap(), 2);
+    ///     assert_eq!(served.read(&mut buf).unwrap(), 2); // the peeked bytes are still there
+    /// });
+    /// ```
     pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.source.do_io(
             "TcpStream::peek",
@@ -317,12 +370,46 @@ impl TcpStream {
         self.inner.take_error()
     }
 
+    /// Moves the stream into or out of non-blocking mode, as std's: non-blocking, a read,
+    /// write or [`peek`](Self::peek) that would wait returns `ErrorKind::WouldBlock` at once
+    /// instead of parking this green thread.
+    ///
+    /// The mode is this handle's: the socket stays non-blocking underneath (the runtime needs
+    /// that), so a [`try_clone`](Self::try_clone) starts in this handle's mode and keeps its
+    /// own afterwards, where std's clones share one.
+    ///
+    /// ```
+    /// use std::io::{ErrorKind, Read, Write};
+    /// use greenweave::net::{TcpListener, TcpStream};
+    ///
+    /// greenweave::run(|| {
+    ///     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    ///     let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+    ///     let (mut served, _) = listener.accept().unwrap();
+    ///     served.set_nonblocking(true).unwrap();
+    ///     let mut buf = [0; 8];
+    ///     let error = served.read(&mut buf).unwrap_err(); // nothing sent yet
+    ///     assert_eq!(error.kind(), ErrorKind::WouldBlock);
+    ///     client.write_all(b"hi").unwrap();
+    ///     served.set_nonblocking(false).unwrap();
+    ///     assert_eq!(served.read(&mut buf).unwrap(), 2);
+    /// });
+    /// ```
+    ///
+    /// # Errors
+    /// None today; the `io::Result` is std's signature.
+    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        self.source.set_nonblocking(nonblocking);
+        Ok(())
+    }
+
     /// A second handle to the same connection (a `dup`), registered separately, with the same
-    /// timeouts.
+    /// timeouts and blocking or non-blocking mode.
     pub fn try_clone(&self) -> io::Result<TcpStream> {
         let clone = TcpStream::from_std(self.inner.try_clone()?)?;
         clone.read_timeout.set(self.read_timeout.get());
         clone.write_timeout.set(self.write_timeout.get());
+        clone.source.set_nonblocking(self.source.is_nonblocking());
         Ok(clone)
     }
 }

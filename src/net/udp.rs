@@ -57,7 +57,9 @@ impl UdpSocket {
     }
 
     /// Makes a std socket green (switches it to non-blocking mode and registers it). Its std
-    /// timeouts are not carried over; set them with [`set_read_timeout`](Self::set_read_timeout).
+    /// timeouts and mode are not carried over: the green socket parks (see
+    /// [`set_nonblocking`](Self::set_nonblocking)); set timeouts with
+    /// [`set_read_timeout`](Self::set_read_timeout).
     pub fn from_std(socket: net::UdpSocket) -> io::Result<UdpSocket> {
         let source = Source::new("UdpSocket::from_std", socket.as_raw_fd())?;
         Ok(UdpSocket {
@@ -90,7 +92,8 @@ impl UdpSocket {
     ///
     /// # Errors
     /// Those of std (`NotConnected` before [`connect`](Self::connect); `ConnectionRefused` when
-    /// an earlier datagram drew an ICMP port-unreachable); `TimedOut` past the write timeout.
+    /// an earlier datagram drew an ICMP port-unreachable); `WouldBlock` past the write
+    /// timeout, as std's.
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
         self.source.do_io(
             "UdpSocket::send",
@@ -106,7 +109,7 @@ impl UdpSocket {
     /// [`send`](Self::send) are cheaper for many datagrams to a named peer.
     ///
     /// # Errors
-    /// Those of std; `TimedOut` past the write timeout.
+    /// Those of std; `WouldBlock` past the write timeout, as std's.
     pub fn send_to<A: ToSocketAddrs + Sync>(&self, buf: &[u8], addr: A) -> io::Result<usize> {
         let target = resolve("UdpSocket::send_to", &addr)?[0];
         self.source.do_io(
@@ -121,7 +124,7 @@ impl UdpSocket {
     /// queued; returns its length. A datagram longer than `buf` is truncated, as in std.
     ///
     /// # Errors
-    /// Those of std; `TimedOut` past the read timeout.
+    /// Those of std; `WouldBlock` past the read timeout, as std's.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.source.do_io(
             "UdpSocket::recv",
@@ -135,7 +138,7 @@ impl UdpSocket {
     /// and its sender.
     ///
     /// # Errors
-    /// Those of std; `TimedOut` past the read timeout.
+    /// Those of std; `WouldBlock` past the read timeout, as std's.
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         self.source.do_io(
             "UdpSocket::recv_from",
@@ -258,12 +261,41 @@ impl UdpSocket {
         self.inner.take_error()
     }
 
+    /// Moves the socket into or out of non-blocking mode, as std's: non-blocking, a receive
+    /// (or peek) with no datagram queued, or a send with the buffer full, returns
+    /// `ErrorKind::WouldBlock` at once instead of parking this green thread.
+    ///
+    /// The mode is this handle's: the socket stays non-blocking underneath (the runtime needs
+    /// that), so a [`try_clone`](Self::try_clone) starts in this handle's mode and keeps its
+    /// own afterwards, where std's clones share one.
+    ///
+    /// ```
+    /// use std::io::ErrorKind;
+    /// use greenweave::net::UdpSocket;
+    ///
+    /// greenweave::run(|| {
+    ///     let socket = UdpSocket::bind("127.0.0.1:0").unwrap();
+    ///     socket.set_nonblocking(true).unwrap();
+    ///     let mut buf = [0; 8];
+    ///     let error = socket.recv_from(&mut buf).unwrap_err(); // nothing sent yet
+    ///     assert_eq!(error.kind(), ErrorKind::WouldBlock);
+    /// });
+    /// ```
+    ///
+    /// # Errors
+    /// None today; the `io::Result` is std's signature.
+    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        self.source.set_nonblocking(nonblocking);
+        Ok(())
+    }
+
     /// A second handle to the same socket (a `dup`), registered separately, with the same
-    /// timeouts.
+    /// timeouts and blocking or non-blocking mode.
     pub fn try_clone(&self) -> io::Result<UdpSocket> {
         let clone = UdpSocket::from_std(self.inner.try_clone()?)?;
         clone.read_timeout.set(self.read_timeout.get());
         clone.write_timeout.set(self.write_timeout.get());
+        clone.source.set_nonblocking(self.source.is_nonblocking());
         Ok(clone)
     }
 }

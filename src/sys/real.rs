@@ -16,7 +16,7 @@
 //! May not: call anything but the function it names; keep state besides the addresses.
 
 #[cfg(not(feature = "hooks"))]
-pub(crate) use libc::{connect, poll, read, socket, write};
+pub(crate) use libc::{connect, poll, read, recv, recvfrom, socket, write};
 
 /// libc's `fcntl(fd, cmd, arg)`, with the argument always passed (commands without one
 /// ignore it), as the hooks' version of this function takes it.

@@ -1,5 +1,6 @@
 //! Non-blocking socket creation and `connect`, which std only offers in blocking form, for
-//! inet sockets (`std::net::SocketAddr`) and Unix-domain ones (`std::os::unix::net::SocketAddr`).
+//! inet sockets (`std::net::SocketAddr`) and Unix-domain ones (`std::os::unix::net::SocketAddr`);
+//! and `MSG_PEEK` receives on Unix-domain sockets, which std has not stabilised.
 
 use std::io;
 use std::mem;
@@ -164,6 +165,87 @@ pub(crate) fn take_error(fd: &OwnedFd) -> io::Result<Option<io::Error>> {
         )
     })?;
     Ok((error != 0).then(|| io::Error::from_raw_os_error(error)))
+}
+
+/// `recv(2)` with `MSG_PEEK`: copies what is queued (a stream's bytes, a datagram's payload,
+/// truncated to `buf`) and leaves it queued. Returns `WouldBlock` on a non-blocking socket with
+/// nothing queued, like any receive.
+pub(crate) fn peek(fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: `buf` is writable for `buf.len()` bytes for the duration of the call.
+    let received = unsafe {
+        super::real::recv(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_PEEK,
+        )
+    };
+    if received < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(received as usize)
+}
+
+/// `recvfrom(2)` with `MSG_PEEK` on a Unix-domain socket: [`peek`], with the sender's address.
+pub(crate) fn peek_from_unix(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+) -> io::Result<(usize, UnixSocketAddr)> {
+    // SAFETY: sockaddr_un is plain data for which all zeroes is a valid value.
+    let mut raw: libc::sockaddr_un = unsafe { mem::zeroed() };
+    let mut len = mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    // SAFETY: `buf` is writable for `buf.len()` bytes; `raw` and `len` are live, and `len`
+    // says how large `raw` is.
+    let received = unsafe {
+        super::real::recvfrom(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_PEEK,
+            (&raw mut raw).cast(),
+            &mut len,
+        )
+    };
+    if received < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((received as usize, unix_from_raw(&raw, len)?))
+}
+
+/// std's address for a `sockaddr_un` of `len` bytes that the kernel filled in: a path, an
+/// abstract name (leading NUL), or unnamed (no name bytes at all).
+fn unix_from_raw(raw: &libc::sockaddr_un, len: libc::socklen_t) -> io::Result<UnixSocketAddr> {
+    let offset = mem::offset_of!(libc::sockaddr_un, sun_path);
+    let name_len = (len as usize)
+        .saturating_sub(offset)
+        .min(raw.sun_path.len());
+    // `c_char` is `i8` on x86_64 and `u8` on aarch64: take the byte as it is either way.
+    let name: Vec<u8> = raw.sun_path[..name_len]
+        .iter()
+        .map(|byte| u8::from_ne_bytes(byte.to_ne_bytes()))
+        .collect();
+    match name.split_first() {
+        None => unnamed_unix_addr(),
+        Some((0, abstract_name)) => UnixSocketAddr::from_abstract_name(abstract_name),
+        Some(_) => {
+            // A path runs to its NUL terminator (which Linux counts in `len`, other systems not).
+            let end = name
+                .iter()
+                .position(|&byte| byte == 0)
+                .unwrap_or(name.len());
+            UnixSocketAddr::from_pathname(std::ffi::OsStr::from_bytes(&name[..end]))
+        }
+    }
+}
+
+/// An unnamed Unix-domain address, which std has no constructor for. An empty pathname is
+/// one in std on Linux (its length ends where `sun_path` begins); should that ever change,
+/// an unbound socket's own address is one.
+fn unnamed_unix_addr() -> io::Result<UnixSocketAddr> {
+    match UnixSocketAddr::from_pathname("") {
+        Ok(addr) if addr.is_unnamed() => Ok(addr),
+        _ => std::os::unix::net::UnixDatagram::unbound()?.local_addr(),
+    }
 }
 
 /// The backlog a listener gets unless told otherwise: as many pending connections as the

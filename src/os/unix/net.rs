@@ -134,7 +134,8 @@ impl UnixListener {
     }
 
     /// Makes a std listener green (switches it to non-blocking mode and registers it). Its
-    /// backlog stays as it is.
+    /// backlog stays as it is. The green listener parks in [`accept`](Self::accept) whatever
+    /// the std one's mode was, until [`set_nonblocking`](Self::set_nonblocking) says otherwise.
     pub fn from_std(listener: net::UnixListener) -> io::Result<UnixListener> {
         let source = Source::new("UnixListener::from_std", listener.as_raw_fd())?;
         Ok(UnixListener {
@@ -187,9 +188,46 @@ impl UnixListener {
         self.inner.take_error()
     }
 
-    /// A second handle to the same listener (a `dup`), registered separately.
+    /// Moves the listener into or out of non-blocking mode, as std's: non-blocking,
+    /// [`accept`](Self::accept) returns `ErrorKind::WouldBlock` at once when no connection is
+    /// queued, instead of parking this green thread. Accepted streams start in blocking
+    /// (parking) mode, as on Linux.
+    ///
+    /// The mode is this handle's: the socket stays non-blocking underneath (the runtime needs
+    /// that), so a [`try_clone`](Self::try_clone) starts in this handle's mode and keeps its
+    /// own afterwards, where std's clones share one.
+    ///
+    /// ```
+    /// use std::io::ErrorKind;
+    /// use greenweave::os::unix::net::{UnixListener, UnixStream};
+    ///
+    /// let name = format!("greenweave-doc-nonblocking-{}.sock", std::process::id());
+    /// let path = std::env::temp_dir().join(name);
+    /// let server_path = path.clone();
+    /// greenweave::run(move || {
+    ///     let listener = UnixListener::bind(&server_path).unwrap();
+    ///     listener.set_nonblocking(true).unwrap();
+    ///     let error = listener.accept().unwrap_err(); // nobody has connected
+    ///     assert_eq!(error.kind(), ErrorKind::WouldBlock);
+    ///     let _client = UnixStream::connect(&server_path).unwrap();
+    ///     listener.accept().unwrap(); // the connection is queued: no wait needed
+    /// });
+    /// std::fs::remove_file(&path).unwrap();
+    /// ```
+    ///
+    /// # Errors
+    /// None today; the `io::Result` is std's signature.
+    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        self.source.set_nonblocking(nonblocking);
+        Ok(())
+    }
+
+    /// A second handle to the same listener (a `dup`), registered separately, in this
+    /// handle's blocking or non-blocking mode.
     pub fn try_clone(&self) -> io::Result<UnixListener> {
-        UnixListener::from_std(self.inner.try_clone()?)
+        let clone = UnixListener::from_std(self.inner.try_clone()?)?;
+        clone.source.set_nonblocking(self.source.is_nonblocking());
+        Ok(clone)
     }
 }
 
@@ -307,7 +345,9 @@ impl UnixStream {
     }
 
     /// Makes a std stream green (switches it to non-blocking mode and registers it). Its std
-    /// timeouts are not carried over; set them with [`set_read_timeout`](Self::set_read_timeout).
+    /// timeouts and mode are not carried over: the green stream parks (see
+    /// [`set_nonblocking`](Self::set_nonblocking)); set timeouts with
+    /// [`set_read_timeout`](Self::set_read_timeout).
     pub fn from_std(stream: net::UnixStream) -> io::Result<UnixStream> {
         let source = Source::new("UnixStream::from_std", stream.as_raw_fd())?;
         Ok(UnixStream::with_source(source, stream))
@@ -346,12 +386,68 @@ impl UnixStream {
         self.inner.take_error()
     }
 
+    /// Receives data without removing it from the queue, waiting for some if there is none
+    /// (bounded by the read timeout; non-blocking: `WouldBlock` at once), as std's `peek`
+    /// (unstable there: `MSG_PEEK`).
+    ///
+    /// ```
+    /// use std::io::{Read, Write};
+    /// use greenweave::os::unix::net::UnixStream;
+    ///
+    /// greenweave::run(|| {
+    ///     let (mut left, mut right) = UnixStream::pair().unwrap();
+    ///     left.write_all(b"hi").unwrap();
+    ///     let mut buf = [0; 8];
+    ///     assert_eq!(right.peek(&mut buf).unwrap(), 2);
+    ///     assert_eq!(right.read(&mut buf).unwrap(), 2); // the peeked bytes are still there
+    /// });
+    /// ```
+    pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.source.do_io(
+            "UnixStream::peek",
+            Interest::Readable,
+            self.read_timeout.get(),
+            || socket::peek(self.inner.as_fd(), buf),
+        )
+    }
+
+    /// Moves the stream into or out of non-blocking mode, as std's: non-blocking, a read,
+    /// write or [`peek`](Self::peek) that would wait returns `ErrorKind::WouldBlock` at once
+    /// instead of parking this green thread.
+    ///
+    /// The mode is this handle's: the socket stays non-blocking underneath (the runtime needs
+    /// that), so a [`try_clone`](Self::try_clone) starts in this handle's mode and keeps its
+    /// own afterwards, where std's clones share one.
+    ///
+    /// ```
+    /// use std::io::{ErrorKind, Read, Write};
+    /// use greenweave::os::unix::net::UnixStream;
+    ///
+    /// greenweave::run(|| {
+    ///     let (mut left, mut right) = UnixStream::pair().unwrap();
+    ///     right.set_nonblocking(true).unwrap();
+    ///     let mut buf = [0; 8];
+    ///     let error = right.read(&mut buf).unwrap_err(); // nothing written yet
+    ///     assert_eq!(error.kind(), ErrorKind::WouldBlock);
+    ///     left.write_all(b"hi").unwrap();
+    ///     assert_eq!(right.read(&mut buf).unwrap(), 2);
+    /// });
+    /// ```
+    ///
+    /// # Errors
+    /// None today; the `io::Result` is std's signature.
+    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        self.source.set_nonblocking(nonblocking);
+        Ok(())
+    }
+
     /// A second handle to the same connection (a `dup`), registered separately, with the same
-    /// timeouts.
+    /// timeouts and blocking or non-blocking mode.
     pub fn try_clone(&self) -> io::Result<UnixStream> {
         let clone = UnixStream::from_std(self.inner.try_clone()?)?;
         clone.read_timeout.set(self.read_timeout.get());
         clone.write_timeout.set(self.write_timeout.get());
+        clone.source.set_nonblocking(self.source.is_nonblocking());
         Ok(clone)
     }
 }
@@ -432,7 +528,9 @@ impl UnixDatagram {
     }
 
     /// Makes a std socket green (switches it to non-blocking mode and registers it). Its std
-    /// timeouts are not carried over; set them with [`set_read_timeout`](Self::set_read_timeout).
+    /// timeouts and mode are not carried over: the green socket parks (see
+    /// [`set_nonblocking`](Self::set_nonblocking)); set timeouts with
+    /// [`set_read_timeout`](Self::set_read_timeout).
     pub fn from_std(socket: net::UnixDatagram) -> io::Result<UnixDatagram> {
         let source = Source::new("UnixDatagram::from_std", socket.as_raw_fd())?;
         Ok(UnixDatagram {
@@ -472,8 +570,8 @@ impl UnixDatagram {
     /// Sends `buf` as one datagram to the connected peer; returns the bytes sent.
     ///
     /// # Errors
-    /// Those of std (`NotConnected` before [`connect`](Self::connect)); `TimedOut` past the
-    /// write timeout.
+    /// Those of std (`NotConnected` before [`connect`](Self::connect)); `WouldBlock` past the
+    /// write timeout, as std's.
     pub fn send(&self, buf: &[u8]) -> io::Result<usize> {
         self.source.do_io(
             "UnixDatagram::send",
@@ -490,7 +588,8 @@ impl UnixDatagram {
     /// kept full only by *other* senders can hold it until the write timeout.
     ///
     /// # Errors
-    /// Those of std (`NotFound`, `ConnectionRefused`); `TimedOut` past the write timeout.
+    /// Those of std (`NotFound`, `ConnectionRefused`); `WouldBlock` past the write timeout,
+    /// as std's.
     pub fn send_to<P: AsRef<Path>>(&self, buf: &[u8], path: P) -> io::Result<usize> {
         self.send_to_addr(buf, &SocketAddr::from_pathname(path)?)
     }
@@ -510,7 +609,7 @@ impl UnixDatagram {
     /// length. A datagram longer than `buf` is truncated, as in std.
     ///
     /// # Errors
-    /// Those of std; `TimedOut` past the read timeout.
+    /// Those of std; `WouldBlock` past the read timeout, as std's.
     pub fn recv(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.source.do_io(
             "UnixDatagram::recv",
@@ -524,13 +623,66 @@ impl UnixDatagram {
     /// and its sender's address (unnamed if the sender is not bound).
     ///
     /// # Errors
-    /// Those of std; `TimedOut` past the read timeout.
+    /// Those of std; `WouldBlock` past the read timeout, as std's.
     pub fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         self.source.do_io(
             "UnixDatagram::recv_from",
             Interest::Readable,
             self.read_timeout.get(),
             || self.inner.recv_from(buf),
+        )
+    }
+
+    /// As [`recv`](Self::recv), but leaves the datagram queued for the next receive, as std's
+    /// `peek` (unstable there: `MSG_PEEK`).
+    ///
+    /// ```
+    /// use greenweave::os::unix::net::UnixDatagram;
+    ///
+    /// greenweave::run(|| {
+    ///     let (left, right) = UnixDatagram::pair().unwrap();
+    ///     left.send(b"hello").unwrap();
+    ///     let mut buf = [0; 8];
+    ///     assert_eq!(right.peek(&mut buf).unwrap(), 5);
+    ///     assert_eq!(right.recv(&mut buf).unwrap(), 5); // the same datagram
+    /// });
+    /// ```
+    ///
+    /// # Errors
+    /// Those of [`recv`](Self::recv).
+    pub fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.source.do_io(
+            "UnixDatagram::peek",
+            Interest::Readable,
+            self.read_timeout.get(),
+            || socket::peek(self.inner.as_fd(), buf),
+        )
+    }
+
+    /// As [`recv_from`](Self::recv_from), but leaves the datagram queued for the next receive,
+    /// as std's `peek_from` (unstable there).
+    ///
+    /// ```
+    /// use greenweave::os::unix::net::UnixDatagram;
+    ///
+    /// greenweave::run(|| {
+    ///     let (left, right) = UnixDatagram::pair().unwrap();
+    ///     left.send(b"hello").unwrap();
+    ///     let mut buf = [0; 8];
+    ///     let (len, from) = right.peek_from(&mut buf).unwrap();
+    ///     assert_eq!((len, from.is_unnamed()), (5, true)); // a pair's sockets have no name
+    ///     assert_eq!(right.recv(&mut buf).unwrap(), 5);
+    /// });
+    /// ```
+    ///
+    /// # Errors
+    /// Those of [`recv_from`](Self::recv_from).
+    pub fn peek_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        self.source.do_io(
+            "UnixDatagram::peek_from",
+            Interest::Readable,
+            self.read_timeout.get(),
+            || socket::peek_from_unix(self.inner.as_fd(), buf),
         )
     }
 
@@ -559,12 +711,43 @@ impl UnixDatagram {
         self.inner.take_error()
     }
 
+    /// Moves the socket into or out of non-blocking mode, as std's: non-blocking, a receive
+    /// (or peek) with no datagram queued, or a send the receiver has no room for, returns
+    /// `ErrorKind::WouldBlock` at once instead of parking this green thread.
+    ///
+    /// The mode is this handle's: the socket stays non-blocking underneath (the runtime needs
+    /// that), so a [`try_clone`](Self::try_clone) starts in this handle's mode and keeps its
+    /// own afterwards, where std's clones share one.
+    ///
+    /// ```
+    /// use std::io::ErrorKind;
+    /// use greenweave::os::unix::net::UnixDatagram;
+    ///
+    /// greenweave::run(|| {
+    ///     let (left, right) = UnixDatagram::pair().unwrap();
+    ///     right.set_nonblocking(true).unwrap();
+    ///     let mut buf = [0; 8];
+    ///     let error = right.recv(&mut buf).unwrap_err(); // nothing sent yet
+    ///     assert_eq!(error.kind(), ErrorKind::WouldBlock);
+    ///     left.send(b"hi").unwrap();
+    ///     assert_eq!(right.recv(&mut buf).unwrap(), 2);
+    /// });
+    /// ```
+    ///
+    /// # Errors
+    /// None today; the `io::Result` is std's signature.
+    pub fn set_nonblocking(&self, nonblocking: bool) -> io::Result<()> {
+        self.source.set_nonblocking(nonblocking);
+        Ok(())
+    }
+
     /// A second handle to the same socket (a `dup`), registered separately, with the same
-    /// timeouts.
+    /// timeouts and blocking or non-blocking mode.
     pub fn try_clone(&self) -> io::Result<UnixDatagram> {
         let clone = UnixDatagram::from_std(self.inner.try_clone()?)?;
         clone.read_timeout.set(self.read_timeout.get());
         clone.write_timeout.set(self.write_timeout.get());
+        clone.source.set_nonblocking(self.source.is_nonblocking());
         Ok(clone)
     }
 }
