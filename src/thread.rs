@@ -16,8 +16,9 @@
 //! budget. When it is spent, the next such call first lets the green threads waiting for I/O,
 //! timers or a turn run (a yield: a cancellation point), then does its work. So a loop of
 //! connects to a listener on the same OS thread, of accepts that keep failing, or of reads that
-//! always find data cannot starve the others. `try_` calls (`try_recv`, `try_lock`...) and an
-//! unbounded channel's `send` never yield.
+//! always find data cannot starve the others. `try_` calls (`try_recv`, `try_lock`...), an
+//! unbounded channel's `send` and the calls of a socket the program made non-blocking
+//! (`set_nonblocking(true)`) never yield.
 //!
 //! # Green-thread-local storage
 //!

@@ -119,7 +119,8 @@ impl Source {
     ///
     /// Spends a unit of the green thread's budget first (`runtime::budget`), so that a loop of
     /// calls that never park (a peer that always keeps up, an accept that keeps failing) lets
-    /// the others run every `budget::BUDGET` calls.
+    /// the others run every `budget::BUDGET` calls; a non-blocking source, like a `try_` call,
+    /// never spends.
     pub(crate) fn do_io<R>(
         &self,
         what: &str,
@@ -127,7 +128,11 @@ impl Source {
         timeout: Option<Duration>,
         mut operation: impl FnMut() -> io::Result<R>,
     ) -> io::Result<R> {
-        budget::spend(what);
+        // A source the program made non-blocking is polled by the program, like a `try_` call:
+        // it never spends, so it never switches.
+        if !self.nonblocking.get() {
+            budget::spend(what);
+        }
         let deadline = timeout.and_then(|timeout| Instant::now().checked_add(timeout));
         loop {
             // Non-blocking: always ask the kernel, as std does (the cache may be another
