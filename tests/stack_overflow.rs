@@ -396,11 +396,12 @@ fn overflowing_a_spawned_green_thread_says_which_settings_give_it_a_larger_stack
     );
 }
 
-/// Recurses `depth` deep with a 64-byte array live in every frame: 20,000 levels need more
-/// than a 256 KiB stack, and fit std's 8 MiB main thread.
+/// Recurses `depth` deep with a 16-byte array live in every frame: 20,000 levels need more
+/// than a 256 KiB stack, and fit std's 8 MiB main thread (also with AddressSanitizer's larger
+/// frames).
 #[inline(never)]
 fn recurse_with_a_live_array(depth: u32) -> u64 {
-    let mut frame = [0u8; 64];
+    let mut frame = [0u8; 16];
     frame[0] = depth as u8;
     black_box(&mut frame);
     if depth == 0 {
