@@ -9,16 +9,19 @@ fn a_socket_fd_closed_by_a_raw_syscall_and_reused_by_a_pipe_reads_as_the_pipe() 
     greenweave::run(|| {
         let socket = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         let reused = socket.into_raw_fd();
-        // SAFETY: closes the fd we own with the system call itself, so no hook sees it.
-        assert_eq!(unsafe { libc::syscall(libc::SYS_close, reused) }, 0);
         let mut fds = [0; 2];
-        // SAFETY: pipe2 writes two fds into a live array; the lowest free number, the socket's
-        // old one, goes to the read end.
+        // SAFETY: pipe2 writes two fds into a live array.
         assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-        assert_eq!(
-            fds[0], reused,
-            "the pipe's read end took the socket's number"
-        );
+        // The socket's number is closed and taken by the pipe's read end in one system call
+        // that no hook sees (dup3 closes what the target number held). Not close-then-reuse:
+        // another test of this binary, on another thread, could take the freed number between
+        // the two (this test failed so in CI when the lowest free number was another).
+        // SAFETY: both fds are ours; dup3 closes the socket's file and takes its number.
+        let moved = unsafe { libc::syscall(libc::SYS_dup3, fds[0], reused, libc::O_CLOEXEC) };
+        assert_eq!(moved, i64::from(reused), "{}", std::io::Error::last_os_error());
+        // SAFETY: closes the pipe's read end's old number, ours, with the system call itself.
+        assert_eq!(unsafe { libc::syscall(libc::SYS_close, fds[0]) }, 0);
+        fds[0] = reused;
         // SAFETY: writes 3 bytes from a live buffer to the pipe's write end.
         assert_eq!(unsafe { libc::write(fds[1], b"abc".as_ptr().cast(), 3) }, 3);
         let mut buffer = [0u8; 3];
