@@ -18,7 +18,12 @@ fn a_socket_fd_closed_by_a_raw_syscall_and_reused_by_a_pipe_reads_as_the_pipe() 
         // the two (this test failed so in CI when the lowest free number was another).
         // SAFETY: both fds are ours; dup3 closes the socket's file and takes its number.
         let moved = unsafe { libc::syscall(libc::SYS_dup3, fds[0], reused, libc::O_CLOEXEC) };
-        assert_eq!(moved, i64::from(reused), "{}", std::io::Error::last_os_error());
+        assert_eq!(
+            moved,
+            i64::from(reused),
+            "{}",
+            std::io::Error::last_os_error()
+        );
         // SAFETY: closes the pipe's read end's old number, ours, with the system call itself.
         assert_eq!(unsafe { libc::syscall(libc::SYS_close, fds[0]) }, 0);
         fds[0] = reused;
