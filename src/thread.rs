@@ -181,19 +181,30 @@ impl Builder {
         self.spawn_named("greenweave::thread::Builder::spawn", f)
     }
 
+    /// The stack for a green thread of this builder whose closure takes `closure_bytes`: the
+    /// builder's size or the runtime's default, grown for the closure, from the pool when it is
+    /// the default size.
+    pub(crate) fn green_stack(
+        &self,
+        scheduler: &crate::runtime::scheduler::Scheduler,
+        closure_bytes: usize,
+    ) -> io::Result<Stack> {
+        let requested = self.stack_size.unwrap_or(scheduler.default_stack_size);
+        let size = crate::runtime::green_stack_size(requested, closure_bytes)?;
+        if size == Stack::DEFAULT_SIZE {
+            pool::take_default()
+        } else {
+            Stack::new(size)
+        }
+    }
+
     fn spawn_named<T: 'static>(
         self,
         what: &str,
         f: impl FnOnce() -> T + 'static,
     ) -> io::Result<JoinHandle<T>> {
         with_scheduler(what, |scheduler| {
-            let requested = self.stack_size.unwrap_or(scheduler.default_stack_size);
-            let size = crate::runtime::green_stack_size(requested, size_of_val(&f))?;
-            let stack = if size == Stack::DEFAULT_SIZE {
-                pool::take_default()?
-            } else {
-                Stack::new(size)?
-            };
+            let stack = self.green_stack(scheduler, size_of_val(&f))?;
             let body = move |task: &Task| {
                 let result = run_green_body(task, f);
                 // SAFETY: this task's result slot holds only an `Outcome<T>`: put here, taken by

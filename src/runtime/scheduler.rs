@@ -292,9 +292,7 @@ pub(crate) fn notify(task: Rc<Task>, park: u64) -> bool {
 /// resumed), as opposed to the scheduler itself or code outside any runtime.
 #[inline]
 pub(crate) fn in_green_thread() -> bool {
-    let scheduler = SCHEDULER.get();
-    // SAFETY: as in `with_scheduler`, the scheduler is alive while the pointer is set.
-    !scheduler.is_null() && unsafe { !(*scheduler).current.get().is_null() }
+    !current_task_ptr().is_null()
 }
 
 /// Whether this thread is inside a runtime.
@@ -354,16 +352,9 @@ unsafe fn current_green_name() -> Option<&'static [u8]> {
 /// outside one (no runtime on this thread, or the scheduler itself runs). For the panic hook
 /// (`runtime::panic_report`): never panics.
 pub(crate) fn describe_running_green_thread() -> Option<String> {
-    let scheduler = SCHEDULER.get();
-    if scheduler.is_null() {
-        return None;
-    }
-    // SAFETY: as in `with_scheduler`, the scheduler is alive while the pointer is set; the
-    // running task (if any) is kept alive by `run_task` while `current` points at it.
-    unsafe {
-        let task = (*scheduler).current.get();
-        (!task.is_null()).then(|| (*task).describe())
-    }
+    let task = current_task_ptr();
+    // SAFETY: a non-null running task is kept alive by `run_task` while `current` points at it.
+    (!task.is_null()).then(|| unsafe { (*task).describe() })
 }
 
 /// The panic of code that needs a running green thread but runs on the scheduler itself.

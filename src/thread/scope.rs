@@ -23,7 +23,6 @@ use std::rc::Rc;
 use super::{Builder, JoinError, JoinHandle, Outcome, Thread};
 use crate::runtime::scheduler::{self, with_scheduler};
 use crate::runtime::task::{Task, TaskState, Wait, Wake};
-use crate::stack::{Stack, pool};
 
 /// A panic payload, as `catch_unwind` returns it.
 type Payload = Box<dyn std::any::Any + Send + 'static>;
@@ -251,13 +250,7 @@ impl Builder {
             ));
         }
         with_scheduler(what, |scheduler| {
-            let requested = self.stack_size.unwrap_or(scheduler.default_stack_size);
-            let size = crate::runtime::green_stack_size(requested, size_of_val(&f))?;
-            let stack = if size == Stack::DEFAULT_SIZE {
-                pool::take_default()?
-            } else {
-                Stack::new(size)?
-            };
+            let stack = self.green_stack(scheduler, size_of_val(&f))?;
             let slot = data.children.borrow_mut().reserve();
             let child = Child {
                 f,
