@@ -65,10 +65,12 @@ use crate::runtime::scheduler::{self, Cancelled, with_scheduler};
 use crate::runtime::task::{Task, TaskState, Wait, Wake};
 use crate::stack::{Stack, pool};
 
+mod remote;
 mod scope;
 mod select;
 
 pub use crate::runtime::locals::{AccessError, LocalKey};
+pub use remote::{RemoteJoinHandle, spawn_on};
 pub use scope::{Scope, ScopedJoinHandle, scope};
 
 /// Spawns a green thread running `f` with the runtime's default stack, and returns a handle to

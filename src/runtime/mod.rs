@@ -19,6 +19,7 @@ pub(crate) mod scheduler;
 mod stall;
 pub(crate) mod task;
 mod timer;
+pub(crate) mod workers;
 
 use std::io;
 use std::time::Duration;
@@ -128,6 +129,8 @@ pub struct Runtime {
     main_stack_size: usize,
     stall_report: Option<Duration>,
     max_blocking_threads: usize,
+    workers: usize,
+    pins: Option<Vec<usize>>,
 }
 
 /// The main green thread's stack size unless configured: std's main thread gets 8 MiB.
@@ -141,24 +144,137 @@ impl Runtime {
             main_stack_size: MAIN_STACK_SIZE,
             stall_report: None,
             max_blocking_threads: offload::DEFAULT_MAX_BLOCKING_THREADS,
+            workers: 1,
+            pins: None,
         }
     }
 
-    /// Configures a runtime.
+    /// Configures a runtime: one worker (the OS thread that calls [`Runtime::run`]) unless
+    /// [`Builder::workers`] says more.
     pub fn builder() -> Builder {
         Builder {
             stack_size: Stack::DEFAULT_SIZE,
             main_stack_size: None,
             stall_report: None,
             max_blocking_threads: offload::DEFAULT_MAX_BLOCKING_THREADS,
+            workers: 1,
+            pins: None,
         }
     }
 
+    /// Configures a runtime with one worker per CPU this process may run on
+    /// (`std::thread::available_parallelism`): each worker is a single-thread scheduler on an
+    /// OS thread of its own. [`Builder::workers`] changes the number,
+    /// [`Builder::pin_workers`] pins each to a CPU.
+    ///
+    /// ```
+    /// use greenweave::Runtime;
+    ///
+    /// let runtime = Runtime::multi_worker().build()?;
+    /// let cpus = std::thread::available_parallelism()?.get();
+    /// assert_eq!(runtime.workers(), cpus);
+    /// let per_worker = runtime.run_on_every_worker(|worker| worker * 10);
+    /// assert_eq!(per_worker, (0..cpus).map(|worker| worker * 10).collect::<Vec<_>>());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn multi_worker() -> Builder {
+        Builder {
+            workers: workers::default_workers(),
+            ..Runtime::builder()
+        }
+    }
+
+    /// How many workers this runtime runs: single-thread schedulers, each on an OS thread of
+    /// its own (the first on the thread that calls [`run`](Runtime::run)).
+    pub fn workers(&self) -> usize {
+        self.workers
+    }
+
     /// Runs `main` as the first green thread, as [`run`] does, with this configuration.
+    ///
+    /// With more than one worker (see [`Builder::workers`]), `main` runs on worker 0, the
+    /// calling OS thread, and the others are OS threads started for this call (named
+    /// `greenweave-worker-1` and up). Green threads stay where they are spawned:
+    /// [`spawn`](crate::spawn) starts one on the calling green thread's own worker, and
+    /// [`thread::spawn_on`](crate::thread::spawn_on) on a chosen one. When `main` returns,
+    /// every worker cancels its green threads (their destructors run on their own workers),
+    /// the worker threads are joined, and then `run` returns. The deadlock report covers every
+    /// worker: it is raised when every green thread on every worker is parked and nothing, not
+    /// even a job on its way from one worker to another, can wake one.
+    ///
+    /// ```
+    /// use greenweave::Runtime;
+    ///
+    /// let runtime = Runtime::builder().workers(2).build()?;
+    /// let (first, second) = runtime.run(|| {
+    ///     let here = greenweave::runtime::current_worker();
+    ///     let there = greenweave::thread::spawn_on(1, greenweave::runtime::current_worker);
+    ///     (here, there.join().unwrap())
+    /// });
+    /// assert_eq!((first, second), (0, 1));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
     pub fn run<T>(&self, main: impl FnOnce() -> T) -> T {
         panic_report::install();
-        scheduler::run_main(self, main)
+        workers::run(self, main)
     }
+
+    /// Runs `each(worker)` as the main green thread of every worker at once (`worker` from 0
+    /// to [`workers`](Runtime::workers) - 1; worker 0 is the calling OS thread) and returns
+    /// their values in worker order. The runtime ends when the last of them has returned:
+    /// green threads they spawned run until then, and are cancelled then. A panic in any of
+    /// them is raised again from here after that end (the lowest worker's, if several
+    /// panicked). The shape of a server: each worker accepts on a listener of its own.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    ///
+    /// use greenweave::Runtime;
+    ///
+    /// let started = AtomicUsize::new(0);
+    /// let runtime = Runtime::builder().workers(3).build()?;
+    /// let workers = runtime.run_on_every_worker(|worker| {
+    ///     started.fetch_add(1, Ordering::Relaxed);
+    ///     greenweave::spawn(move || worker).join().unwrap()
+    /// });
+    /// assert_eq!(workers, [0, 1, 2]);
+    /// assert_eq!(started.load(Ordering::Relaxed), 3);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn run_on_every_worker<T: Send>(&self, each: impl Fn(usize) -> T + Sync) -> Vec<T> {
+        panic_report::install();
+        workers::run_on_every_worker(self, each)
+    }
+}
+
+/// The index of the worker the calling green thread runs on: 0 for [`run`] and for the
+/// worker that called [`Runtime::run`], 1 and up for the others. A green thread never moves,
+/// so the answer never changes during its life.
+///
+/// # Panics
+/// Outside a runtime.
+///
+/// ```
+/// assert_eq!(greenweave::run(greenweave::runtime::current_worker), 0);
+/// ```
+pub fn current_worker() -> usize {
+    scheduler::with_scheduler("greenweave::runtime::current_worker", |scheduler| {
+        scheduler.worker.index
+    })
+}
+
+/// How many workers the calling green thread's runtime has (see [`Builder::workers`]).
+///
+/// # Panics
+/// Outside a runtime.
+///
+/// ```
+/// assert_eq!(greenweave::run(greenweave::runtime::worker_count), 1);
+/// ```
+pub fn worker_count() -> usize {
+    scheduler::with_scheduler("greenweave::runtime::worker_count", |scheduler| {
+        scheduler.worker.pool.len()
+    })
 }
 
 impl Default for Runtime {
@@ -174,9 +290,63 @@ pub struct Builder {
     main_stack_size: Option<usize>,
     stall_report: Option<Duration>,
     max_blocking_threads: usize,
+    workers: usize,
+    pins: Option<Vec<usize>>,
 }
 
 impl Builder {
+    /// How many workers the runtime runs: single-thread schedulers, each on an OS thread of
+    /// its own; the first is the thread that calls [`Runtime::run`]. Default: 1 from
+    /// [`Runtime::builder`], one per CPU from [`Runtime::multi_worker`]. 0 is refused by
+    /// [`build`](Builder::build).
+    ///
+    /// A green thread runs on one worker from start to end and never migrates, so what it
+    /// holds need not be `Send`. Work reaches another worker through
+    /// [`thread::spawn_on`](crate::thread::spawn_on) (a `Send` closure), listeners bound on
+    /// every worker ([`Runtime::run_on_every_worker`]), and `Send` channels. Each worker has
+    /// its own epoll, timers and stack pool; the blocking pool
+    /// ([`max_blocking_threads`](Builder::max_blocking_threads)) is per worker too.
+    ///
+    /// ```
+    /// use greenweave::Runtime;
+    ///
+    /// let runtime = Runtime::builder().workers(2).build()?;
+    /// assert_eq!(runtime.run_on_every_worker(|worker| worker), [0, 1]);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn workers(mut self, workers: usize) -> Builder {
+        self.workers = workers;
+        self
+    }
+
+    /// Pins worker `i` to CPU `cpus[i]` (`sched_setaffinity`) while the runtime runs; give one
+    /// CPU per worker (a CPU may repeat). Worker 0 is the thread that calls
+    /// [`Runtime::run`]: it gets its own CPUs back when `run` returns. Default: not pinned
+    /// (the kernel moves workers between CPUs as it likes).
+    ///
+    /// Pinning keeps each worker's caches warm and its interrupts predictable, which helps a
+    /// server that owns the machine; on a shared machine it can also put a worker on a CPU
+    /// that is busy with something else.
+    ///
+    /// # Errors (from [`build`](Builder::build))
+    /// [`io::ErrorKind::InvalidInput`] when the list's length differs from the number of
+    /// workers, or names a CPU this process may not run on (outside its affinity mask).
+    ///
+    /// ```
+    /// use greenweave::Runtime;
+    ///
+    /// let runtime = Runtime::builder().workers(1).pin_workers([0]).build()?;
+    /// runtime.run(|| greenweave::thread::yield_now());
+    ///
+    /// let error = Runtime::builder().workers(2).pin_workers([0]).build().unwrap_err();
+    /// assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn pin_workers(mut self, cpus: impl IntoIterator<Item = usize>) -> Builder {
+        self.pins = Some(cpus.into_iter().collect());
+        self
+    }
+
     /// The stack size of green threads spawned without
     /// [`thread::Builder::stack_size`](crate::thread::Builder::stack_size). Default:
     /// [`Stack::DEFAULT_SIZE`] (256 KiB), whose stacks are pooled. The main green thread (the
@@ -343,11 +513,23 @@ impl Builder {
                 "max_blocking_threads must be at least 1 (the default is 16)",
             ));
         }
+        if self.workers == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "workers must be at least 1 (Runtime::builder's default is 1, \
+                 Runtime::multi_worker's one per CPU)",
+            ));
+        }
+        if let Some(cpus) = &self.pins {
+            workers::check_pinning(self.workers, cpus)?;
+        }
         Ok(Runtime {
             stack_size: probe.size(),
             main_stack_size: main_probe.size(),
             stall_report: self.stall_report,
             max_blocking_threads: self.max_blocking_threads,
+            workers: self.workers,
+            pins: self.pins,
         })
     }
 }

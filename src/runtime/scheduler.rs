@@ -29,6 +29,7 @@ use crate::sys::eventfd::EventFd;
 use super::reactor::{Reactor, ScheduledIo};
 use super::stall::StallWatch;
 use super::task::{ParkRequest, Suspend, Task, TaskCoroutine, TaskKey, TaskState, Wait, Wake};
+use super::workers::WorkerLink;
 
 /// How many finished tasks the scheduler keeps for reuse by later spawns.
 const SPARE_TASKS: usize = 64;
@@ -66,6 +67,22 @@ pub(crate) struct RemoteQueue {
 }
 
 impl RemoteQueue {
+    pub(crate) fn new() -> io::Result<RemoteQueue> {
+        Ok(RemoteQueue {
+            eventfd: EventFd::new()?,
+            woken: Mutex::new(Vec::new()),
+            handles: AtomicUsize::new(0),
+            queued: AtomicBool::new(false),
+        })
+    }
+
+    /// Makes the scheduler look at what was sent to it (its worker's jobs) soon, even if it is
+    /// blocked in `epoll_wait` or busy. Callable from any thread.
+    pub(crate) fn ring(&self) {
+        self.queued.store(true, Ordering::Release);
+        self.eventfd.notify();
+    }
+
     /// Makes green thread `task` runnable if it is parked. Callable from any thread.
     pub(crate) fn wake(&self, task: TaskKey) {
         self.woken
@@ -79,6 +96,8 @@ impl RemoteQueue {
 
 pub(crate) struct Scheduler {
     pub(crate) reactor: Rc<Reactor>,
+    /// This scheduler's worker: its place among the runtime's workers (one, for `run`).
+    pub(crate) worker: WorkerLink,
     pub(crate) remote: Arc<RemoteQueue>,
     /// Remote operations in flight: while non-zero, a wake-up can come from another thread.
     pub(crate) remote_pending: Cell<usize>,
@@ -90,6 +109,9 @@ pub(crate) struct Scheduler {
     tasks: RefCell<TaskTable>,
     timers: RefCell<super::timer::Timers>,
     next_id: Cell<u64>,
+    /// How far apart this worker's green thread ids are (the number of workers; each worker
+    /// starts at its own index plus one, so ids are unique across the runtime).
+    id_step: u64,
     /// Finished tasks nothing else refers to, kept so a spawn can reuse one instead of
     /// allocating (at most `SPARE_TASKS`).
     spare_tasks: RefCell<Vec<Rc<Task>>>,
@@ -353,8 +375,18 @@ unsafe fn current_green_name() -> Option<&'static [u8]> {
 /// (`runtime::panic_report`): never panics.
 pub(crate) fn describe_running_green_thread() -> Option<String> {
     let task = current_task_ptr();
+    if task.is_null() {
+        return None;
+    }
     // SAFETY: a non-null running task is kept alive by `run_task` while `current` points at it.
-    (!task.is_null()).then(|| unsafe { (*task).describe() })
+    let described = unsafe { (*task).describe() };
+    // SAFETY: `current_task_ptr` was not null, so the scheduler pointer is set and alive.
+    let worker = unsafe { &(*SCHEDULER.get()).worker };
+    Some(if worker.pool.len() > 1 {
+        format!("{described} on worker {}", worker.index)
+    } else {
+        described
+    })
 }
 
 /// The panic of code that needs a running green thread but runs on the scheduler itself.
@@ -386,27 +418,27 @@ impl Scheduler {
         default_stack_size: usize,
         stall_report: Option<Duration>,
         max_blocking_threads: usize,
+        worker: WorkerLink,
     ) -> io::Result<Rc<Scheduler>> {
         #[cfg(feature = "hooks")]
         crate::hooks::keep_linked();
         let reactor = Rc::new(Reactor::new()?);
-        let remote = Arc::new(RemoteQueue {
-            eventfd: EventFd::new()?,
-            woken: Mutex::new(Vec::new()),
-            handles: AtomicUsize::new(0),
-            queued: AtomicBool::new(false),
-        });
+        let remote = worker.pool.remote(worker.index).clone();
+        let id_step = worker.pool.len() as u64;
+        let first_id = worker.index as u64 + 1;
         reactor.register_remote(std::os::fd::AsRawFd::as_raw_fd(&remote.eventfd))?;
         let stall = stall_report.map(StallWatch::start).transpose()?;
         Ok(Rc::new(Scheduler {
             reactor,
+            worker,
             remote,
             remote_pending: Cell::new(0),
             ready: ReadyQueue::default(),
             current: Cell::new(std::ptr::null()),
             tasks: RefCell::new(TaskTable::default()),
             timers: RefCell::new(super::timer::Timers::default()),
-            next_id: Cell::new(1),
+            next_id: Cell::new(first_id),
+            id_step,
             spare_tasks: RefCell::new(Vec::new()),
             runs_since_poll: Cell::new(0),
             stubborn_tasks: Cell::new(0),
@@ -442,7 +474,7 @@ impl Scheduler {
         body: impl FnOnce(&Task) + 'static,
     ) -> Rc<Task> {
         let id = self.next_id.get();
-        self.next_id.set(id + 1);
+        self.next_id.set(id + self.id_step);
         let slot = self.tasks.borrow_mut().reserve();
         let task = self.new_task(id, slot, name);
         let this: *const Task = Rc::as_ptr(&task);
@@ -621,7 +653,16 @@ impl Scheduler {
                     continue;
                 }
                 match on_deadlock {
-                    OnDeadlock::Panic => panic!("{}", self.deadlock_report()),
+                    OnDeadlock::Panic => {
+                        let verdict = self
+                            .worker
+                            .pool
+                            .stuck(self.worker.index, || self.deadlock_lines());
+                        if let Some(report) = verdict {
+                            panic!("{report}");
+                        }
+                        // Only another worker can wake one of ours: wait for its job.
+                    }
                     OnDeadlock::Stop => return false,
                 }
             }
@@ -771,12 +812,19 @@ impl Scheduler {
                     .unwrap_or_else(|poisoned| poisoned.into_inner()),
             );
             for key in woken {
-                let task = self.tasks.borrow().get(key).cloned();
-                if let Some(task) = task {
-                    let park = task.park_number.get();
-                    self.unpark(task, park, Wake::Notified);
-                }
+                self.wake_task(key);
             }
+            self.worker.pool.run_jobs(self.worker.index, self);
+        }
+    }
+
+    /// Makes green thread `key` runnable if it is still alive and parked (in whatever park it
+    /// is in: the woken code re-checks what it waits for). For wake-ups from other OS threads.
+    pub(crate) fn wake_task(&self, key: TaskKey) {
+        let task = self.tasks.borrow().get(key).cloned();
+        if let Some(task) = task {
+            let park = task.park_number.get();
+            self.unpark(task, park, Wake::Notified);
         }
     }
 
@@ -801,21 +849,28 @@ impl Scheduler {
                 })
     }
 
-    fn deadlock_report(&self) -> String {
+    /// The deadlock report's lines for this worker's green threads (the header is the
+    /// pool's: `workers::Pool::stuck`).
+    fn deadlock_lines(&self) -> String {
         let mut tasks: Vec<Rc<Task>> = self.tasks.borrow().iter().cloned().collect();
         tasks.sort_by_key(|task| task.id);
-        let mut report = String::from(
-            "greenweave: deadlock: every green thread is parked and nothing can wake any of \
-             them (no timer, no I/O wait, no other OS thread):",
-        );
+        let on_worker = if self.worker.pool.len() > 1 {
+            format!(" on worker {}", self.worker.index)
+        } else {
+            String::new()
+        };
+        let mut lines = String::new();
         for task in tasks {
             let waiting = match task.waiting.get() {
                 Some((wait, _)) => wait.to_string(),
                 None => "not parked".to_owned(),
             };
-            report.push_str(&format!("\n  green thread {}: {waiting}", task.describe()));
+            lines.push_str(&format!(
+                "\n  green thread {}{on_worker}: {waiting}",
+                task.describe()
+            ));
         }
-        report
+        lines
     }
 
     /// Ends every task still alive: each is cancelled (woken with `Cancelled`, so it unwinds
@@ -899,20 +954,58 @@ fn report_abandoned(task: &Task) {
     );
 }
 
-/// Runs `main` as the first green thread of a new scheduler on this OS thread, configured by
-/// `settings`, then ends the remaining green threads, and returns what `main` returned (or
-/// re-raises its panic).
-///
-/// `main` and its result may borrow from the caller (`'a`): every way out of this function
-/// ends the main green thread first (see the erasure below).
-pub(crate) fn run_main<'a, T: 'a>(settings: &super::Runtime, main: impl FnOnce() -> T + 'a) -> T {
+/// When a worker that runs a main green thread leaves its loop.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ends {
+    /// When its main green thread has finished; it then starts the end of the whole runtime
+    /// (`Runtime::run`: worker 0).
+    WithMain,
+    /// When the runtime ends (`Runtime::run_on_every_worker`: the last worker's closure to
+    /// return starts the end).
+    WithPool,
+}
+
+/// A scheduler for worker `worker` on this OS thread, configured by `settings`.
+fn start_scheduler(settings: &super::Runtime, worker: WorkerLink) -> Rc<Scheduler> {
     let stall_report = super::stall::threshold(settings.stall_report);
-    let scheduler = Scheduler::new(
+    Scheduler::new(
         settings.stack_size,
         stall_report,
         settings.max_blocking_threads,
+        worker,
     )
-    .unwrap_or_else(|error| panic!("greenweave: could not start a runtime: {error}"));
+    .unwrap_or_else(|error| panic!("greenweave: could not start a runtime: {error}"))
+}
+
+/// Runs worker `worker`'s scheduler on this OS thread, with no main green thread of its own,
+/// until the runtime ends; then ends its green threads.
+pub(crate) fn run_worker(settings: &super::Runtime, worker: WorkerLink) {
+    let scheduler = start_scheduler(settings, worker);
+    let _entered = scheduler.enter();
+    let pool = scheduler.worker.pool.clone();
+    let ended = || pool.is_shutting_down();
+    let run = panic::catch_unwind(AssertUnwindSafe(|| {
+        scheduler.run_until(ended, OnDeadlock::Panic)
+    }));
+    scheduler.shutdown();
+    if let Err(payload) = run {
+        panic::resume_unwind(payload);
+    }
+}
+
+/// Runs `main` as the first green thread of a new scheduler on this OS thread (worker
+/// `worker`), configured by `settings`, until `ends` says; then ends the remaining green
+/// threads, and returns what `main` returned (or re-raises its panic).
+///
+/// `main` and its result may borrow from the caller (`'a`): every way out of this function
+/// ends the main green thread first (see the erasure below).
+pub(crate) fn run_main<'a, T: 'a>(
+    settings: &super::Runtime,
+    worker: WorkerLink,
+    main: impl FnOnce() -> T + 'a,
+    ends: Ends,
+) -> T {
+    let scheduler = start_scheduler(settings, worker);
     let _entered = scheduler.enter();
     let stack = Stack::new(settings.main_stack_size)
         .unwrap_or_else(|error| panic!("greenweave: could not start a runtime: {error}"));
@@ -939,10 +1032,16 @@ pub(crate) fn run_main<'a, T: 'a>(settings: &super::Runtime, main: impl FnOnce()
         std::mem::transmute::<Box<dyn FnOnce(&Task) + 'a>, Box<dyn FnOnce(&Task) + 'static>>(body)
     };
     let main_task = scheduler.spawn_task(Some("main".into()), stack, body);
-    let finished = || main_task.state.get() == TaskState::Finished;
+    let pool = scheduler.worker.pool.clone();
+    let ended = || match ends {
+        Ends::WithMain => main_task.state.get() == TaskState::Finished,
+        Ends::WithPool => pool.is_shutting_down(),
+    };
     let run = panic::catch_unwind(AssertUnwindSafe(|| {
-        scheduler.run_until(finished, OnDeadlock::Panic)
+        scheduler.run_until(ended, OnDeadlock::Panic)
     }));
+    // The other workers end their green threads while this one does.
+    pool.begin_shutdown();
     scheduler.shutdown();
     if let Err(payload) = run {
         panic::resume_unwind(payload);

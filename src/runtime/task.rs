@@ -52,6 +52,9 @@ pub(crate) enum Wait {
     Scope(usize),
     /// A `sync::select` over several operations at once.
     Select(SelectWait),
+    /// Joining a `thread::spawn_on` green thread on this worker of the same runtime: woken by
+    /// a job from that worker, which the runtime-wide deadlock verdict counts.
+    OtherWorker(usize),
 }
 
 /// What a parked `select` waits for, in one `Copy` word or two for the deadlock report: how
@@ -137,6 +140,9 @@ impl fmt::Display for Wait {
                 "waiting in thread::scope for {running} green threads spawned in it"
             ),
             Wait::Select(select) => select.fmt(f),
+            Wait::OtherWorker(worker) => {
+                write!(f, "joining a green thread spawned on worker {worker}")
+            }
         }
     }
 }

@@ -1,12 +1,13 @@
 //! Thin, safe wrappers over the Linux system calls the runtime needs.
 //!
-//! Owns: `epoll` (one instance per runtime), `eventfd` (the runtime's wake-up line from other
+//! Owns: CPU affinity (`affinity`, for pinning workers), `epoll` (one instance per runtime), `eventfd` (the runtime's wake-up line from other
 //! OS threads), and the conversions between std's socket addresses (`std::net::SocketAddr`,
 //! `std::os::unix::net::SocketAddr`) and `sockaddr` that a non-blocking `connect` needs. Each
 //! wrapper returns `io::Result` and retries `EINTR` where retrying is the only sensible answer.
 //!
 //! May not: know about tasks, wakers or scheduling; callers decide what readiness means.
 
+pub(crate) mod affinity;
 pub(crate) mod epoll;
 pub(crate) mod eventfd;
 #[cfg(feature = "hooks")]
