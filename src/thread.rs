@@ -7,7 +7,9 @@
 //!
 //! A green thread runs until it parks: on a socket that would block, a [`sleep`], a
 //! [`JoinHandle::join`], a [`yield_now`]. Then the scheduler runs the next ready one on the same
-//! OS thread. Green threads never move to another OS thread, so nothing here needs `Send`.
+//! OS thread. Green threads never move to another OS thread, so nothing here needs `Send`;
+//! in a runtime with several workers (see `runtime::Builder::workers`), [`spawn_on`] starts a
+//! green thread on another worker from a `Send` closure, with a `Send` [`RemoteJoinHandle`].
 //!
 //! A green thread whose calls never have to wait still lets the others run: every green I/O
 //! call (a read, a write, an accept, a connect) and every green synchronisation call that may

@@ -561,10 +561,15 @@ fn deliver_in_the_turn_of_the_deadline<D: 'static, R>(
     });
     thread::yield_now(); // the deliverer parks until `delivery`
     let past_both = deadline + lead; // room for a deadline computed from a duration
+    // The spinner runs only once `wait` has parked: if it starts before `delivery`, the wait
+    // was armed in time (a thread preempted between the check below and its park would arm it
+    // after the deadline, and the attempt says nothing).
     let spinner = greenweave::spawn(move || {
+        let armed_in_time = Instant::now() < delivery;
         while Instant::now() < past_both {
             std::hint::spin_loop();
         }
+        armed_in_time
     });
     if Instant::now() >= delivery {
         spinner.join().unwrap();
@@ -572,8 +577,7 @@ fn deliver_in_the_turn_of_the_deadline<D: 'static, R>(
         return None;
     }
     let result = wait(deliverer, deadline);
-    spinner.join().unwrap();
-    Some(result)
+    spinner.join().unwrap().then_some(result)
 }
 
 /// Calls `attempt` with a longer and longer lead until the setup fits in it.
