@@ -15,7 +15,7 @@ every run and a markdown table of the medians:
   GOMAXPROCS=1, the same single OS thread as one greenweave runtime);
 - resident memory per parked green thread: VmRSS added while all N are parked, per one;
 - yield round trip among 10 / 1,000 / 100,000 runnable green threads: ns per yield
-  (greenweave: yield_table, with and without stack colouring; Go: runtime.Gosched).
+  (greenweave: yield_table; Go: runtime.Gosched).
 
 Without `go` the Go columns say "no go" and the script still runs greenweave's side.
 Times on a shared machine drift; compare the columns of one run, not runs of different days.
@@ -68,11 +68,9 @@ def go_spawn_park(binary, count):
     return ns, rss
 
 
-def ours_yield(count, yields, colouring):
+def ours_yield(count, yields):
     args = ["target/release/examples/yield_table", "--counts", str(count), "--yields",
             str(yields), "--repeat", "1"]
-    if not colouring:
-        args.append("--no-colouring")
     text = run(args)
     return float(re.search(r"^\| \d+ \| ([\d.]+) \|", text, re.M).group(1))
 
@@ -130,15 +128,14 @@ def main():
 
     yield_rows = []
     for count in yield_counts:
-        coloured, plain, theirs = [], [], []
+        ours, theirs = [], []
         for _ in range(yield_repeats):
-            coloured.append(ours_yield(count, yields, True))
-            plain.append(ours_yield(count, yields, False))
+            ours.append(ours_yield(count, yields))
             if binary:
                 theirs.append(go_yield(binary, count, yields))
-            print(f"yield {count}: coloured {coloured[-1]:.1f} ns, uncoloured {plain[-1]:.1f} "
-                  f"ns" + (f", go {theirs[-1]:.1f} ns" if binary else ""))
-        yield_rows.append((count, coloured, plain, theirs))
+            print(f"yield {count}: greenweave {ours[-1]:.1f} ns"
+                  + (f", go {theirs[-1]:.1f} ns" if binary else ""))
+        yield_rows.append((count, ours, theirs))
 
     load = os.getloadavg()
     print(f"\nload average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end\n")
@@ -153,13 +150,12 @@ def main():
         print(f"| {count:,} | {repeats} | {ns:,.0f} ns | {fmt(go_ns)} ns | {ratio(ns, go_ns)} "
               f"| {rss:,.0f} B | {fmt(go_rss)} B | {ratio(rss, go_rss)} |")
     print()
-    print("| runnable | ns per yield, coloured | uncoloured | coloured / uncoloured "
-          "| Go (Gosched) | coloured / Go |")
-    print("|---|---|---|---|---|---|")
-    for count, coloured, plain, theirs in yield_rows:
-        c, p = median(coloured), median(plain)
+    print("| runnable | ns per yield, greenweave | Go (Gosched) | ratio |")
+    print("|---|---|---|---|")
+    for count, ours, theirs in yield_rows:
+        o = median(ours)
         g = median(theirs) if theirs else None
-        print(f"| {count:,} | {c:.1f} | {p:.1f} | {c / p:.2f} | {fmt(g, 1)} | {ratio(c, g)} |")
+        print(f"| {count:,} | {o:.1f} | {fmt(g, 1)} | {ratio(o, g)} |")
 
 
 if __name__ == "__main__":

@@ -11,27 +11,23 @@
 //! cargo run --release --example yield_table -- --counts 10,100000 --yields 4000000
 //! ```
 //!
-//! `--no-colouring` starts every green thread's frames at the same offset within its stack's
-//! top page instead of a varied one, to measure what stack colouring buys
-//! (`benches/scale_compare.py` runs both; see `BENCHMARKS.md`, "Cost at scale").
+//! `BENCHMARKS.md` ("Cost at scale") has the table, against Go's `runtime.Gosched`
+//! (`benches/scale_compare.py` runs both).
 
 use std::process::ExitCode;
 use std::time::Instant;
 
-const USAGE: &str = "usage: yield_table [--quick] [--counts N,N,...] [--yields Y] [--repeat R] \
-[--no-colouring]
+const USAGE: &str = "usage: yield_table [--quick] [--counts N,N,...] [--yields Y] [--repeat R]
 
   --counts N,...        numbers of runnable green threads (default 10,1000,100000)
   --yields Y            yields per row, shared among its green threads (default 2000000)
   --repeat R            runs of each row; the median is printed (default 5)
-  --quick               20000 yields a row, one run (for CI)
-  --no-colouring        start every stack's frames at the same offset in its page";
+  --quick               20000 yields a row, one run (for CI)";
 
 struct Options {
     counts: Vec<usize>,
     yields: usize,
     repeat: usize,
-    colouring: bool,
 }
 
 fn parse() -> Result<Options, String> {
@@ -39,7 +35,6 @@ fn parse() -> Result<Options, String> {
         counts: vec![10, 1_000, 100_000],
         yields: 2_000_000,
         repeat: 5,
-        colouring: true,
     };
     let mut args = std::env::args().skip(1);
     let number = |flag: &str, value: Option<String>| -> Result<usize, String> {
@@ -64,7 +59,6 @@ fn parse() -> Result<Options, String> {
             }
             "--yields" => options.yields = number("--yields", args.next())?,
             "--repeat" => options.repeat = number("--repeat", args.next())?,
-            "--no-colouring" => options.colouring = false,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -113,7 +107,6 @@ fn main() -> ExitCode {
             return ExitCode::from(if message.is_empty() { 0 } else { 2 });
         }
     };
-    greenweave::bench_support::set_stack_colouring(options.colouring);
     println!("| runnable green threads | ns per yield |");
     println!("|---|---|");
     for &count in &options.counts {

@@ -71,9 +71,3 @@ unsafe fn time_echo(
     pool::recycle(stack);
     elapsed
 }
-
-/// Whether green threads launched from now on start their frames at a varied offset within
-/// their stack's top page (the default) or all at the same one: for `examples/yield_table`.
-pub fn set_stack_colouring(on: bool) {
-    crate::stack::set_colouring(on);
-}

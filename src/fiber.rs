@@ -158,8 +158,7 @@ pub(crate) unsafe fn launch<P, M>(stack: &Stack, payload: P, entry: Entry<P, M>)
 #[inline]
 pub(crate) unsafe fn launch_body<B: FiberBody>(stack: &Stack, body: B) -> StackPointer {
     let top = stack.top().as_ptr() as usize;
-    let colour = crate::stack::colour(top);
-    let Some(launch_at) = Placement::<B>::at(top - colour, stack.size() - colour) else {
+    let Some(launch_at) = Placement::<B>::at(top, stack.size()) else {
         body_does_not_fit(mem::size_of::<B>(), stack.size())
     };
     // Under ASan: whatever ran on this stack before left redzones behind (nothing otherwise).

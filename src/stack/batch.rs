@@ -179,7 +179,10 @@ fn advise_each(starts: impl Iterator<Item = usize>, len: usize, advice: libc::c_
         // before 6.15), or advice it refuses for a process (EINVAL: before 6.13): never again.
         // Anything else (ENOMEM while committing pages) concerns this call only.
         let error = io::Error::last_os_error().raw_os_error();
-        if matches!(error, Some(libc::ENOSYS | libc::EBADF | libc::EINVAL | libc::EPERM)) {
+        if matches!(
+            error,
+            Some(libc::ENOSYS | libc::EBADF | libc::EINVAL | libc::EPERM)
+        ) {
             VECTORED_ADVICE.store(false, Ordering::Relaxed);
         }
         return false;

@@ -177,20 +177,6 @@ impl fmt::Debug for Stack {
     }
 }
 
-static COLOURING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(true);
-
-pub(crate) fn set_colouring(on: bool) {
-    COLOURING.store(on, std::sync::atomic::Ordering::Relaxed);
-}
-
-#[inline]
-pub(crate) fn colour(top: usize) -> usize {
-    if !COLOURING.load(std::sync::atomic::Ordering::Relaxed) {
-        return 0;
-    }
-    (((top >> 12).wrapping_mul(0x9E37_79B9_7F4A_7C15)) >> 58) * 64
-}
-
 /// The system page size, which is also the guard size.
 pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions; _SC_PAGESIZE is always supported on Linux.
