@@ -270,8 +270,9 @@ fn park_and_measure(count: usize, guard: &str) -> Result<(), String> {
     let anon = during.anon.saturating_sub(before.anon);
     let per = |bytes: usize| bytes as f64 / count as f64;
     println!(
-        "spawned and parked {count} green threads in {:.2} s",
-        spawn_time.as_secs_f64()
+        "spawned and parked {count} green threads in {:.2} s ({:.0} ns per green thread)",
+        spawn_time.as_secs_f64(),
+        spawn_time.as_nanos() as f64 / count as f64
     );
     println!(
         "VmRSS:   {:>8.1} MiB before, {:>8.1} MiB parked: +{:.1} MiB, {:.0} bytes ({:.2} KiB) \

@@ -128,12 +128,24 @@ pub(crate) fn set_green_name_source(source: GreenNameSource) {
 static PREVIOUS_SEGV: OnceLock<libc::sigaction> = OnceLock::new();
 static PREVIOUS_BUS: OnceLock<libc::sigaction> = OnceLock::new();
 
-/// Records `[start, start + len)` as the guard of a stack with `stack_bytes` usable bytes, and
-/// installs the fault handler on first use.
-pub(crate) fn register_guard(start: usize, len: usize, stack_bytes: usize) {
-    debug_assert!(start != 0 && len != 0);
+/// Records `[start, start + len)` for each of `starts` as the guard of a stack with
+/// `stack_bytes` usable bytes, taking the registry's lock once for them all (a batch of stacks,
+/// `stack::batch`), and installs the fault handler on first use.
+pub(crate) fn register_guards(
+    starts: impl IntoIterator<Item = usize>,
+    len: usize,
+    stack_bytes: usize,
+) {
     install_handler();
     let mut registry = lock_registry();
+    for start in starts {
+        register_locked(&mut registry, start, len, stack_bytes);
+    }
+}
+
+/// Records one guard, with the registry locked.
+fn register_locked(registry: &mut Registry, start: usize, len: usize, stack_bytes: usize) {
+    debug_assert!(start != 0 && len != 0);
     let index = match registry.free.pop() {
         Some(index) => index,
         None => {
@@ -497,7 +509,7 @@ mod tests {
         // Addresses inside a mapping of our own, so no real stack's guard can overlap them.
         let reserved = MmapOptions::new().len(3 * 4096).map_anon().unwrap();
         let start = reserved.as_ptr() as usize;
-        register_guard(start, 4096, 8192);
+        register_guards([start], 4096, 8192);
         let held = lock_registry();
         assert_eq!(guarded_stack_size(start), Some(8192));
         assert_eq!(guarded_stack_size(start + 4095), Some(8192));

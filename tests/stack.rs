@@ -4,6 +4,8 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+mod common;
+
 use greenweave::{Coroutine, CoroutineResult, Stack};
 
 fn page_size() -> usize {
@@ -312,4 +314,123 @@ fn guard_pages_fault_and_take_the_mappings_their_kind_says() {
     } else {
         assert_eq!(used.len(), 2 * STACKS);
     }
+}
+
+/// The stacks of `Coroutine::new`, in the order a fresh thread gets them: the pool maps them in
+/// batches (1, 2, 4, ... 64 at a time), so neighbours from one batch lie back to back, each with
+/// its own inaccessible guard page; each reports the default size.
+fn pooled_stacks_of_a_fresh_thread(count: usize) -> Vec<Stack> {
+    std::thread::spawn(move || {
+        let coroutines: Vec<_> = (0..count)
+            .map(|i| Coroutine::<(), (), usize>::new(move |_, ()| i))
+            .collect();
+        coroutines
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut co)| {
+                assert_eq!(co.resume(()), CoroutineResult::Return(i));
+                co.into_stack()
+            })
+            .collect()
+    })
+    .join()
+    .unwrap()
+}
+
+#[test]
+fn pooled_stacks_lie_back_to_back_and_each_has_an_inaccessible_guard_page_below_it() {
+    let page = page_size();
+    let stacks = pooled_stacks_of_a_fresh_thread(300);
+    let mut layouts: Vec<StackLayout> = stacks.iter().map(layout_of).collect();
+    layouts.sort_by_key(|layout| layout.limit);
+    let (_read_end, write_end) = pipe();
+    for layout in &layouts {
+        assert_eq!(layout.top - layout.limit, Stack::DEFAULT_SIZE);
+        assert!(
+            kernel_cannot_read(&write_end, layout.limit - page),
+            "the guard page below {:#x} must be inaccessible",
+            layout.limit
+        );
+        assert!(!kernel_cannot_read(&write_end, layout.limit));
+        assert!(!kernel_cannot_read(&write_end, layout.top - 1));
+    }
+    let back_to_back = layouts
+        .windows(2)
+        .filter(|pair| pair[1].limit - page == pair[0].top)
+        .count();
+    // 300 stacks come in 10 batches (1, 2, 4, ..., 64, 64, 64, 45 of the last one used), so
+    // at least 290 stacks follow a neighbour from their own batch.
+    assert!(
+        back_to_back >= 290,
+        "only {back_to_back} of 300 stacks follow their neighbour directly"
+    );
+}
+
+#[test]
+fn overflowing_a_stack_from_the_middle_of_a_batch_is_reported() {
+    let outcome = common::run_in_child(
+        "overflowing_a_stack_from_the_middle_of_a_batch_is_reported",
+        || {
+            let mut stacks = pooled_stacks_of_a_fresh_thread(100);
+            // The 100th stack of a thread comes from its seventh batch (64 stacks); the 80th
+            // lies inside it, between two others of the same mapping.
+            let stack = stacks.swap_remove(80);
+            let mut co = Coroutine::<(), (), u64>::with_stack(stack, |_, ()| {
+                #[inline(never)]
+                fn recurse(depth: u64) -> u64 {
+                    let mut frame = [0u8; 512];
+                    frame[0] = depth as u8;
+                    std::hint::black_box(&mut frame);
+                    if std::hint::black_box(depth) == u64::MAX {
+                        return 0;
+                    }
+                    recurse(depth + 1).wrapping_add(u64::from(std::hint::black_box(frame)[1]))
+                }
+                recurse(0)
+            });
+            co.resume(());
+        },
+    );
+    common::assert_aborted_saying(
+        &outcome,
+        &format!(
+            "has overflowed its stack ({} KiB)",
+            Stack::DEFAULT_SIZE / 1024
+        ),
+    );
+}
+
+#[test]
+fn every_stack_of_a_batch_is_unmapped_once_freed_and_its_threads_pool_drained() {
+    let outcome = common::run_in_child(
+        "every_stack_of_a_batch_is_unmapped_once_freed_and_its_threads_pool_drained",
+        || {
+            // In a child process: no other test maps memory where the freed stacks were.
+            let stacks = pooled_stacks_of_a_fresh_thread(300);
+            let ranges: Vec<(usize, usize)> = stacks
+                .iter()
+                .map(layout_of)
+                .map(|layout| (layout.limit - page_size(), layout.top))
+                .collect();
+            // The thread that mapped them has exited (its pool, with the rest of the last batch,
+            // was drained). Each stack now runs a coroutine on another thread and goes back to
+            // that thread's pool when the coroutine is dropped: the pool keeps 64, unmaps the
+            // rest at once, and unmaps its 64 when the thread exits.
+            std::thread::spawn(move || {
+                for stack in stacks {
+                    let mut co = Coroutine::<(), (), ()>::with_stack(stack, |_, ()| ());
+                    assert_eq!(co.resume(()), CoroutineResult::Return(()));
+                }
+            })
+            .join()
+            .unwrap();
+            let maps = memory_mappings();
+            let still_mapped = ranges
+                .iter()
+                .filter(|(start, end)| maps.iter().any(|m| m.start < *end && *start < m.end))
+                .count();
+            std::process::exit(if still_mapped == 0 { 0 } else { 1 });
+        },
+    );
+    assert!(outcome.status.success(), "{}", outcome.describe());
 }

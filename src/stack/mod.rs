@@ -16,11 +16,12 @@
 //! stacks take a handful of mappings. The crate uses it when a probe shows that it really
 //! faults (see [`guard_kind`]) and falls back to `mprotect` otherwise.
 
+mod batch;
 pub(crate) mod pool;
 mod valgrind;
 
 use core::fmt;
-use core::ptr::{self, NonNull};
+use core::ptr::NonNull;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::OnceLock;
@@ -113,44 +114,9 @@ impl Stack {
                     format!("stack size {size} is too large to map"),
                 )
             })?;
-        let total = usable + page;
-        // SAFETY: a new private anonymous mapping at an address of the kernel's choosing; it
-        // replaces nothing, and is owned by the Stack built below (or unmapped on error).
-        let base = unsafe {
-            libc::mmap(
-                ptr::null_mut(),
-                total,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(mapping_error("reserve", size, io::Error::last_os_error()));
-        }
-        let base = base as usize;
-        let guard = match install_guard(base as *const u8, page) {
-            Ok(guard) => guard,
-            Err(error) => {
-                // SAFETY: the mapping was made above and nothing refers to it.
-                unsafe { libc::munmap(base as *mut libc::c_void, total) };
-                return Err(mapping_error("protect the guard page of", size, error));
-            }
-        };
-        let limit = base + page;
-        let top = base + total;
-        valgrind::register_stack(limit, top);
-        crate::arch::stack_mapped(limit, top);
-        overflow::register_guard(base, page, usable);
-        let guard_bit = match guard {
-            GuardKind::GuardRegion => 0,
-            GuardKind::ProtNone => PROT_NONE_BIT,
-        };
-        Ok(Stack {
-            top: NonNull::new(top as *mut u8).expect("a mapping never ends at address 0"),
-            size_and_guard: usable | guard_bit,
-        })
+        let mut stack = None;
+        batch::map_batch(usable, 1, |mapped| stack = Some(mapped))?;
+        Ok(stack.expect("a batch of one maps one stack"))
     }
 
     /// Usable bytes: the requested size rounded up to whole pages, guard page not included.

@@ -23,7 +23,7 @@ use core::hint;
 use core::mem::ManuallyDrop;
 use std::io;
 
-use super::Stack;
+use super::{Stack, batch};
 use crate::overflow;
 
 /// Stacks kept per thread; more than this are unmapped when freed.
@@ -41,6 +41,10 @@ struct Pool {
     room: Cell<usize>,
     /// Whether [`DRAIN`]'s destructor has been registered (it may also have run since).
     drain_registered: Cell<bool>,
+    /// Stacks the next batch maps when the pool runs empty: 1 at first, doubling with every
+    /// batch up to [`MAX_POOLED`], so that a thread that makes one coroutine maps one stack
+    /// and a thread that spawns thousands maps them 64 at a time.
+    batch: Cell<usize>,
 }
 
 thread_local! {
@@ -49,6 +53,7 @@ thread_local! {
             head: Cell::new(None),
             room: Cell::new(0),
             drain_registered: Cell::new(false),
+            batch: Cell::new(1),
         }
     };
 
@@ -89,6 +94,19 @@ impl Pool {
         // SAFETY: the link lies in the usable range of a stack that nothing runs on (it is
         // being freed); the rest of the list moves into it, to be read back once by `pop`.
         unsafe { link.write(rest) };
+    }
+
+    /// How many stacks to map now that the pool is empty: the next batch size, but no more
+    /// than the pool can keep besides the one taken (none once the thread is exiting).
+    fn next_batch(&self) -> usize {
+        let batch = self.batch.get();
+        self.batch.set((batch * 2).min(MAX_POOLED));
+        let room = if self.drain_registered.get() {
+            self.room.get()
+        } else {
+            MAX_POOLED // the first push makes this much room
+        };
+        batch.min(room + 1).min(batch::MAX_BATCH)
     }
 
     /// `push` when the pool has no room: it is full, or the thread has never pooled a stack
@@ -147,18 +165,28 @@ pub(crate) fn take_default() -> io::Result<Stack> {
     Ok(stack)
 }
 
-/// The pool is empty: map a new stack (kept out of line; `take_default` is on every spawn).
+/// The pool is empty: map a batch of new stacks, return one and keep the rest (kept out of
+/// line; `take_default` is on every spawn).
 #[cold]
 #[inline(never)]
 fn map_default() -> io::Result<Stack> {
     overflow::ensure_alt_stack();
-    let stack = Stack::new(Stack::DEFAULT_SIZE)?;
     assert_eq!(
-        stack.size(),
-        Stack::DEFAULT_SIZE,
+        Stack::DEFAULT_SIZE % super::page_size(),
+        0,
         "greenweave: the page size must divide Stack::DEFAULT_SIZE"
     );
-    Ok(stack)
+    let count = POOL.try_with(Pool::next_batch).unwrap_or(1);
+    let mut first = None;
+    batch::map_batch(Stack::DEFAULT_SIZE, count, |stack| match first {
+        None => first = Some(stack),
+        // The pool was empty and `next_batch` counted its room, so it keeps them all (a
+        // stack it cannot keep would be unmapped, which is also correct).
+        Some(_) => {
+            let _ = POOL.try_with(|pool| pool.push(stack));
+        }
+    })?;
+    Ok(first.expect("a batch maps at least one stack"))
 }
 
 /// Returns `stack` to this thread's pool if it is default-size and the pool has room;

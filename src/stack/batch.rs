@@ -1,0 +1,191 @@
+//! Mapping many stacks of one size at once.
+//!
+//! Owns: [`map_batch`], which reserves several stacks with a single `mmap`, makes the page
+//! below each one its guard, commits each stack's top page and registers every stack with the
+//! overflow reporter and Valgrind, in as few system calls as the kernel allows. The per-thread
+//! pool (`pool`) uses it when it runs empty, so spawning many green threads costs one `mmap`
+//! per batch instead of one per stack.
+//!
+//! May not: keep any record of a batch. Each stack it hands out is an ordinary [`Stack`], laid
+//! out exactly like one from [`Stack::new`] (a guard page, then the usable range) and unmapped
+//! on its own when dropped (which splits the batch's mapping where needed). So memory returns
+//! stack by stack, and a long-lived green thread never pins the rest of its batch.
+//!
+//! # What a stack costs the kernel
+//! Without batching each new stack took an `mmap`, a `madvise(MADV_GUARD_INSTALL)` (or an
+//! `mprotect`), and a page fault when its first frame was written. Here a batch of `n` takes:
+//! - one `mmap`;
+//! - one `process_madvise(MADV_GUARD_INSTALL)` over the `n` guard pages, an array of ranges in
+//!   one call (Linux 6.13 lets a process give itself any advice this way; `PIDFD_SELF` names
+//!   the caller since 6.15), or else one `madvise` (or `mprotect`) per guard. Guard regions do
+//!   not split the mapping, so the whole batch is one mapping (and merges with its neighbours);
+//!   `PROT_NONE` guards split it, two mappings per stack, as for single stacks;
+//! - one `process_madvise(MADV_POPULATE_WRITE)` over the `n` top pages, which commits the page
+//!   each stack's first frames use without a fault apiece; where that call is not available
+//!   the pages are committed by their first touch, as before.
+
+use core::ptr::{self, NonNull};
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::{GuardKind, MADV_GUARD_INSTALL, PROT_NONE_BIT, Stack, install_guard, mapping_error};
+use super::{guard_kind, page_size, valgrind};
+use crate::overflow;
+
+/// The most stacks one batch holds: the pool's size, and well below `UIO_MAXIOV` (1024), the
+/// most ranges one `process_madvise` call takes.
+pub(crate) const MAX_BATCH: usize = 64;
+
+/// `PIDFD_SELF` from the kernel's `include/uapi/linux/pidfd.h` (Linux 6.15): a pidfd argument
+/// that names the calling process without opening a descriptor. Older kernels answer `EBADF`.
+const PIDFD_SELF: libc::c_int = -10000;
+
+/// Cleared the first time `process_madvise` on ourselves fails, so that a kernel (or an
+/// emulator) without it costs one failed call per process, not one per batch.
+static VECTORED_ADVICE: AtomicBool = AtomicBool::new(true);
+
+/// Maps `count` (1 to [`MAX_BATCH`]) stacks of `size` usable bytes (a whole, nonzero number of
+/// pages) with one `mmap`, and hands each to `keep`, lowest address first.
+///
+/// # Errors
+/// As [`Stack::new`]. If the guard of a stack cannot be installed, the stacks already handed to
+/// `keep` stay valid and the rest of the batch is unmapped.
+pub(super) fn map_batch(size: usize, count: usize, mut keep: impl FnMut(Stack)) -> io::Result<()> {
+    let page = page_size();
+    debug_assert!(size > 0 && size % page == 0);
+    debug_assert!((1..=MAX_BATCH).contains(&count));
+    let each = size + page;
+    let total = each
+        .checked_mul(count)
+        .ok_or_else(|| mapping_error("reserve", size, io::ErrorKind::InvalidInput.into()))?;
+    // SAFETY: a new private anonymous mapping at an address of the kernel's choosing; it
+    // replaces nothing. Each `each`-byte slice of it is owned by the Stack made for it below
+    // (or unmapped on error).
+    let base = unsafe {
+        libc::mmap(
+            ptr::null_mut(),
+            total,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return Err(mapping_error("reserve", size, io::Error::last_os_error()));
+    }
+    let base = base as usize;
+    let guards = || (0..count).map(|i| base + i * each);
+
+    // The guards: all at once if the kernel takes an array of ranges, else one by one.
+    // A single stack (`Stack::new`) takes the one-by-one path: one call either way.
+    let all_guarded = count > 1
+        && guard_kind() == GuardKind::GuardRegion
+        && advise_each(guards(), page, MADV_GUARD_INSTALL);
+    let mut kinds = [GuardKind::GuardRegion; MAX_BATCH];
+    if !all_guarded {
+        for (i, guard) in guards().enumerate() {
+            match install_guard(guard as *const u8, page) {
+                Ok(kind) => kinds[i] = kind,
+                Err(error) => {
+                    // SAFETY: stacks `i..` of the batch were handed to nobody; their range
+                    // is still ours alone.
+                    unsafe { libc::munmap(guard as *mut libc::c_void, total - i * each) };
+                    // The stacks before `i` are complete: hand them out, so that they are
+                    // unmapped one by one like any stack.
+                    register(base, i, size, &kinds, &mut keep);
+                    return Err(mapping_error("protect the guard page of", size, error));
+                }
+            }
+        }
+    }
+    // The top pages: committed now in one call if possible. Failing is harmless (the first
+    // frame's write commits the page), so the answer is ignored beyond remembering it.
+    // A single stack is left to its first touch, as it always was: committing it here would
+    // cost the same one system call as the fault it saves.
+    if count > 1 {
+        advise_each(
+            guards().map(|guard| guard + each - page),
+            page,
+            libc::MADV_POPULATE_WRITE,
+        );
+    }
+    register(base, count, size, &kinds, &mut keep);
+    Ok(())
+}
+
+/// Registers the first `count` stacks of the batch at `base` (guard kinds in `kinds`) with the
+/// overflow reporter, Valgrind and ASan, and hands them to `keep`.
+fn register(
+    base: usize,
+    count: usize,
+    size: usize,
+    kinds: &[GuardKind; MAX_BATCH],
+    keep: &mut impl FnMut(Stack),
+) {
+    let page = page_size();
+    let each = size + page;
+    overflow::register_guards((0..count).map(|i| base + i * each), page, size);
+    for (i, kind) in kinds.iter().enumerate().take(count) {
+        let limit = base + i * each + page;
+        let top = limit + size;
+        valgrind::register_stack(limit, top);
+        crate::arch::stack_mapped(limit, top);
+        let guard_bit = match kind {
+            GuardKind::GuardRegion => 0,
+            GuardKind::ProtNone => PROT_NONE_BIT,
+        };
+        keep(Stack {
+            top: NonNull::new(top as *mut u8).expect("a mapping never ends at address 0"),
+            size_and_guard: size | guard_bit,
+        });
+    }
+}
+
+/// Gives `advice` for `len` bytes at each of `starts` (at most [`MAX_BATCH`]) in one
+/// `process_madvise` call on ourselves. Returns whether every range was advised; `false` if the
+/// kernel cannot do it (then it is not asked again) or did only part of it.
+fn advise_each(starts: impl Iterator<Item = usize>, len: usize, advice: libc::c_int) -> bool {
+    if !VECTORED_ADVICE.load(Ordering::Relaxed) {
+        return false;
+    }
+    let mut ranges = [libc::iovec {
+        iov_base: ptr::null_mut(),
+        iov_len: 0,
+    }; MAX_BATCH];
+    let mut count = 0;
+    for (range, start) in ranges.iter_mut().zip(starts) {
+        *range = libc::iovec {
+            iov_base: start as *mut libc::c_void,
+            iov_len: len,
+        };
+        count += 1;
+    }
+    // SAFETY: `ranges[..count]` are initialised iovecs naming ranges of a mapping that the
+    // caller owns and nothing else refers to; the advice only installs guard markers in, or
+    // commits zeroed pages to, those ranges. The call reads the array and keeps no pointer.
+    let advised = unsafe {
+        libc::syscall(
+            libc::SYS_process_madvise,
+            PIDFD_SELF,
+            ranges.as_ptr(),
+            count,
+            advice,
+            0,
+        )
+    };
+    if advised < 0 {
+        // No such call (ENOSYS: before Linux 5.10, or an emulator), no PIDFD_SELF (EBADF:
+        // before 6.15), or advice it refuses for a process (EINVAL: before 6.13): never again.
+        // Anything else (ENOMEM while committing pages) concerns this call only.
+        let error = io::Error::last_os_error().raw_os_error();
+        if matches!(
+            error,
+            Some(libc::ENOSYS | libc::EBADF | libc::EINVAL | libc::EPERM)
+        ) {
+            VECTORED_ADVICE.store(false, Ordering::Relaxed);
+        }
+        return false;
+    }
+    advised as usize == count * len
+}
