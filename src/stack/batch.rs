@@ -52,7 +52,7 @@ static VECTORED_ADVICE: AtomicBool = AtomicBool::new(true);
 /// `keep` stay valid and the rest of the batch is unmapped.
 pub(super) fn map_batch(size: usize, count: usize, mut keep: impl FnMut(Stack)) -> io::Result<()> {
     let page = page_size();
-    debug_assert!(size > 0 && size % page == 0);
+    debug_assert!(size > 0 && size.is_multiple_of(page));
     debug_assert!((1..=MAX_BATCH).contains(&count));
     let each = size + page;
     let total = each
