@@ -1311,6 +1311,13 @@ fn end_scope_if_elapsed(scope: Option<(Instant, u64)>) {
 /// token of the `timeout` call it belongs to.
 pub(crate) struct ScopeElapsed(pub(crate) u64);
 
+/// Whether `payload` is one of the runtime's interruptions of a park (a cancellation, a
+/// `time::timeout` scope's end), both raised again at the green thread's next park: a wait
+/// that catches one may let a result that arrived in the same instant win, and return it.
+pub(crate) fn is_interruption(payload: &(dyn std::any::Any + Send)) -> bool {
+    payload.is::<Cancelled>() || payload.is::<ScopeElapsed>()
+}
+
 /// Raises `task`'s cancellation, if one was requested. Only called where the green thread is
 /// not unwinding (parks and yields return before).
 ///

@@ -53,6 +53,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::marker::PhantomData;
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -477,9 +478,10 @@ impl<T> SyncSender<T> {
     /// OS thread. A send that returns `Ok` delivered its message exactly once (into the
     /// channel; for a rendezvous, to the receiver). If the green thread is unwound while it
     /// waits here (a cancellation, an expired [`time::timeout`](crate::time::timeout)), the
-    /// message is not delivered: it is dropped with the unwinding frame (a rendezvous sender
-    /// takes it back out of the channel first, unless the receiver has just taken it, in which
-    /// case it was delivered once).
+    /// message is not delivered: it is dropped with the unwinding frame. A rendezvous sender
+    /// takes it back out of the channel first, unless the receiver, on another OS thread, has
+    /// taken it in the same instant: then the send returns `Ok` (it delivered), and the
+    /// cancellation or the timeout's end comes at the green thread's next park instead.
     ///
     /// ```
     /// use std::time::Duration;
@@ -549,9 +551,29 @@ impl<T> SyncSender<T> {
                 };
             }
             drop(state);
-            registration.wait(WHAT, seq, None, |state| {
-                state.next_taken > seq || !state.receiver_alive
-            });
+            let waited = panic::catch_unwind(AssertUnwindSafe(|| {
+                registration.wait(WHAT, seq, None, |state| {
+                    state.next_taken > seq || !state.receiver_alive
+                })
+            }));
+            if let Err(payload) = waited {
+                // Unwound out of the park (a cancellation, a `time::timeout` ending): the
+                // receiver, on another OS thread, may have taken the message since the look
+                // above. Decided under one lock: taken, the send succeeded, and an
+                // interruption (raised again at the next park: both are sticky) gives way to
+                // it; not taken, the message is taken back and goes with the unwind.
+                let mut state = chan.lock();
+                if state.next_taken > seq && scheduler::is_interruption(&*payload) {
+                    drop(state);
+                    std::mem::forget(take_back);
+                    return Ok(());
+                }
+                let message = state.take_back(seq);
+                drop(state);
+                std::mem::forget(take_back);
+                drop(message);
+                panic::resume_unwind(payload);
+            }
         }
     }
 
