@@ -140,6 +140,40 @@ fn many_green_threads_on_each_side_deliver_every_value_exactly_once_in_each_send
 }
 
 #[test]
+fn green_threads_on_two_workers_of_one_runtime_stream_values_and_ping_pong() {
+    const VALUES: u32 = 2_000;
+    let runtime = greenweave::Runtime::builder().workers(2).build().unwrap();
+    let (got, pongs, workers) = runtime.run(|| {
+        let (tx, rx) = shared::sync_channel::<u32>(8);
+        let (to_echo, echo_inbox) = shared::channel::<u32>();
+        let (to_main, main_inbox) = shared::channel::<u32>();
+        let remote = thread::spawn_on(1, move || {
+            for n in 0..VALUES {
+                tx.send(n).unwrap(); // parks on worker 1 while the channel is full
+            }
+            drop(tx);
+            for n in echo_inbox {
+                to_main.send(n + 1).unwrap();
+            }
+            greenweave::runtime::current_worker()
+        });
+        let got: Vec<u32> = rx.iter().collect();
+        let pongs: Vec<u32> = (0..100)
+            .map(|n| {
+                to_echo.send(n).unwrap();
+                main_inbox.recv().unwrap()
+            })
+            .collect();
+        drop(to_echo);
+        let there = remote.join().unwrap();
+        (got, pongs, (greenweave::runtime::current_worker(), there))
+    });
+    assert_eq!(workers, (0, 1), "the two ends ran on two workers");
+    assert_eq!(got, (0..VALUES).collect::<Vec<_>>());
+    assert_eq!(pongs, (1..=100).collect::<Vec<_>>());
+}
+
+#[test]
 fn two_green_threads_of_one_runtime_play_ping_pong_through_a_shared_channel() {
     let got = greenweave::run(|| {
         let (to_echo, echo_inbox) = shared::channel::<u32>();
