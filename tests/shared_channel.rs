@@ -559,3 +559,71 @@ fn ends_are_send_and_the_sender_is_sync_like_std() {
     send_and_sync::<shared::SyncSender<Vec<u8>>>();
     send::<shared::Receiver<Vec<u8>>>();
 }
+
+#[test]
+fn a_select_over_a_shared_receiver_waits_for_another_os_thread_without_a_deadlock_report() {
+    let (tx, rx) = shared::channel::<u32>();
+    let late = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(30));
+        tx.send(5).unwrap();
+    });
+    // The only green thread waits in a select on a local channel nobody sends on and on the
+    // shared one: only the other OS thread can end the wait.
+    let got = greenweave::run(move || {
+        let (_local_tx, local) = greenweave::sync::mpsc::channel::<u32>();
+        greenweave::select! {
+            recv(local) -> _ => unreachable!("nobody sends locally"),
+            recv(rx) -> n => n,
+        }
+    });
+    late.join().unwrap();
+    assert_eq!(got, Ok(5));
+}
+
+#[test]
+fn a_select_send_on_a_full_shared_channel_is_taken_once_another_runtime_makes_room() {
+    let (tx, rx) = shared::sync_channel::<u32>(1);
+    let (go, wait_for_go) = shared::channel::<()>();
+    let consumer = runtime_thread(move || {
+        wait_for_go.recv().unwrap();
+        rx.iter().collect::<Vec<_>>()
+    });
+    let log = greenweave::run(move || {
+        tx.send(1).unwrap();
+        let (_idle_tx, idle) = greenweave::sync::mpsc::channel::<u32>();
+        let mut log = Vec::new();
+        let mut select = greenweave::sync::select::Select::new();
+        let send = select.send(&tx);
+        let _idle = select.recv(&idle);
+        log.push(match select.try_select() {
+            Ok(_) => "ready while full",
+            Err(_) => "not ready while full",
+        });
+        go.send(()).unwrap(); // the consumer starts taking
+        let operation = select.select();
+        assert_eq!(operation.index(), send);
+        operation.send(&tx, 2).unwrap();
+        log.push("sent 2");
+        log
+    });
+    assert_eq!(log, ["not ready while full", "sent 2"]);
+    assert_eq!(consumer.join().unwrap(), [1, 2]);
+}
+
+#[test]
+fn a_select_send_on_a_shared_rendezvous_is_taken_once_a_receiver_waits_on_another_os_thread() {
+    let (tx, rx) = shared::sync_channel::<&str>(0);
+    let receiver = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        rx.recv()
+    });
+    greenweave::run(move || {
+        let mut select = greenweave::sync::select::Select::new();
+        let send = select.send(&tx);
+        assert!(select.try_select().is_err(), "no receiver waits yet");
+        let operation = select.select();
+        assert_eq!(operation.index(), send);
+        operation.send(&tx, "hand-off").unwrap();
+    });
+    assert_eq!(receiver.join().unwrap(), Ok("hand-off"));
+}

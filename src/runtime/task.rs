@@ -73,6 +73,8 @@ pub(crate) struct SelectWait {
     pub(crate) first_join: u64,
     /// The first fd waited on, and for what.
     pub(crate) first_fd: Option<(RawFd, Interest)>,
+    /// Whether an operation may be made ready by another OS thread (`sync::shared`).
+    pub(crate) other_threads: bool,
 }
 
 impl fmt::Display for SelectWait {
@@ -126,7 +128,7 @@ impl Wait {
                 self,
                 Wait::Sleep | Wait::Io { .. } | Wait::Remote(_) | Wait::Shared(_)
             )
-            || matches!(self, Wait::Select(select) if select.fds > 0)
+            || matches!(self, Wait::Select(select) if select.fds > 0 || select.other_threads)
     }
 }
 

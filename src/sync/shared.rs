@@ -39,6 +39,12 @@
 //! nothing but the scheduler's queueing. BENCHMARKS.md ("Shared channels") has a ping-pong
 //! across two runtimes and within one, against `sync::mpsc` and `std::sync::mpsc`.
 //!
+//! **Select.** Both ends take part in a [`Select`](super::select::Select) and in
+//! [`select!`](crate::select!), as `sync::mpsc`'s do. A selected send on a bounded shared
+//! channel found room, but a sender on another OS thread may take it before the completion
+//! ([`SelectedOperation::send`](super::select::SelectedOperation::send)), which then waits for
+//! room as a plain send does.
+//!
 //! **The deadlock report.** A green thread waiting on a shared channel whose other end is alive
 //! can be woken from another OS thread, which its runtime cannot see, so its runtime never
 //! reports it as deadlocked: like std's channels, a receive whose sender is held (and never
@@ -62,6 +68,8 @@ pub use std::sync::mpsc::{RecvError, RecvTimeoutError, SendError, TryRecvError, 
 use crate::runtime::budget;
 use crate::runtime::scheduler::{self, RemoteQueue, with_scheduler};
 use crate::runtime::task::{TaskKey, Wait, Wake};
+
+mod select;
 
 /// The state both ends share, behind one lock.
 struct Chan<T> {
@@ -94,7 +102,8 @@ struct State<T> {
 /// A registered wait: who to wake and how.
 struct Waiter {
     id: u64,
-    /// On a rendezvous channel, the sequence number of the sender's message.
+    /// On a rendezvous channel, the sequence number of the sender's message; [`SELECT_SEQ`]
+    /// for a select's send, which owns no message.
     seq: u64,
     waker: Waker,
 }
@@ -125,6 +134,9 @@ impl Waker {
         }
     }
 }
+
+/// The `seq` of a select's entry among the waiting senders: no message has it.
+const SELECT_SEQ: u64 = u64::MAX;
 
 /// Which list of waiters a wait is in.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -206,6 +218,16 @@ impl<T> State<T> {
             Side::Receive => &mut self.receivers,
             Side::Send => &mut self.senders_waiting,
         }
+    }
+
+    /// Takes the longest-waiting select that waits to send (on a rendezvous channel: for a
+    /// receiver), to wake it.
+    fn select_sender(&mut self) -> Option<Waker> {
+        let at = self
+            .senders_waiting
+            .iter()
+            .position(|waiter| waiter.seq == SELECT_SEQ)?;
+        self.senders_waiting.remove(at).map(|waiter| waiter.waker)
     }
 
     /// Takes every waiter of `side` out, to wake them all (a disconnection).
@@ -290,6 +312,9 @@ impl<'a, T> Registration<'a, T> {
                     park,
                 };
                 self.register(&mut state, seq, waker);
+                let select = self.receiver_arrives(&mut state);
+                drop(state);
+                wake(select);
             });
             wake == Wake::TimedOut
         } else {
@@ -299,7 +324,9 @@ impl<'a, T> Registration<'a, T> {
                 return false;
             }
             self.register(&mut state, seq, Waker::Thread(std::thread::current()));
+            let select = self.receiver_arrives(&mut state);
             drop(state);
+            wake(select);
             match deadline {
                 None => std::thread::park(),
                 Some(deadline) => {
@@ -311,6 +338,16 @@ impl<'a, T> Registration<'a, T> {
                 }
             }
             false
+        }
+    }
+
+    /// A receive about to wait on a rendezvous channel: a select waiting to send there waits
+    /// for a receiver, and here is one. The waker to call once the lock is released.
+    fn receiver_arrives(&self, state: &mut State<T>) -> Option<Waker> {
+        if self.side == Side::Receive && self.chan.bound == Some(0) {
+            state.select_sender()
+        } else {
+            None
         }
     }
 
