@@ -310,6 +310,33 @@ pub(crate) fn notify(task: Rc<Task>, park: u64) -> bool {
     true
 }
 
+/// Wakes green thread `task`, parked in park number `park` on the runtime whose wake-up queue
+/// is `remote`, directly through the scheduler if that runtime runs on this OS thread, and
+/// returns `true`; returns `false` (doing nothing) if it runs elsewhere, or if its task table
+/// is in use right now: the caller then wakes it through `remote`. For a `Send` primitive
+/// (`sync::shared`) whose waker may be on the waiter's own runtime (no system call then) or
+/// on any other thread.
+pub(crate) fn wake_if_local(remote: &Arc<RemoteQueue>, task: TaskKey, park: u64) -> bool {
+    let scheduler = SCHEDULER.get();
+    if scheduler.is_null() {
+        return false;
+    }
+    // SAFETY: as in `with_scheduler`: the pointer is set only while the scheduler is alive.
+    let scheduler = unsafe { &*scheduler };
+    if !Arc::ptr_eq(&scheduler.remote, remote) {
+        return false;
+    }
+    let Ok(tasks) = scheduler.tasks.try_borrow() else {
+        return false;
+    };
+    let task = tasks.get(task).cloned();
+    drop(tasks);
+    if let Some(task) = task {
+        scheduler.unpark(task, park, Wake::Notified);
+    }
+    true
+}
+
 /// Whether the code running now runs on behalf of a green thread (on its stack or on one it
 /// resumed), as opposed to the scheduler itself or code outside any runtime.
 #[inline]
@@ -1283,6 +1310,13 @@ fn end_scope_if_elapsed(scope: Option<(Instant, u64)>) {
 /// The panic payload that ends a `time::timeout` scope whose deadline passed, carrying the
 /// token of the `timeout` call it belongs to.
 pub(crate) struct ScopeElapsed(pub(crate) u64);
+
+/// Whether `payload` is one of the runtime's interruptions of a park (a cancellation, a
+/// `time::timeout` scope's end), both raised again at the green thread's next park: a wait
+/// that catches one may let a result that arrived in the same instant win, and return it.
+pub(crate) fn is_interruption(payload: &(dyn std::any::Any + Send)) -> bool {
+    payload.is::<Cancelled>() || payload.is::<ScopeElapsed>()
+}
 
 /// Raises `task`'s cancellation, if one was requested. Only called where the green thread is
 /// not unwinding (parks and yields return before).

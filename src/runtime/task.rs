@@ -55,6 +55,10 @@ pub(crate) enum Wait {
     /// Joining a `thread::spawn_on` green thread on this worker of the same runtime: woken by
     /// a job from that worker, which the runtime-wide deadlock verdict counts.
     OtherWorker(usize),
+    /// An end of a `sync::shared` channel: the other end is `Send` and may be on another OS
+    /// thread, so another OS thread may end this wait (a send, a receive, the other end's
+    /// drop).
+    Shared(&'static str),
 }
 
 /// What a parked `select` waits for, in one `Copy` word or two for the deadlock report: how
@@ -69,6 +73,8 @@ pub(crate) struct SelectWait {
     pub(crate) first_join: u64,
     /// The first fd waited on, and for what.
     pub(crate) first_fd: Option<(RawFd, Interest)>,
+    /// Whether an operation may be made ready by another OS thread (`sync::shared`).
+    pub(crate) other_threads: bool,
 }
 
 impl fmt::Display for SelectWait {
@@ -118,8 +124,11 @@ impl Wait {
     /// could end this wait, given whether it has a deadline.
     pub(crate) fn can_end_by_itself(&self, has_deadline: bool) -> bool {
         has_deadline
-            || matches!(self, Wait::Sleep | Wait::Io { .. } | Wait::Remote(_))
-            || matches!(self, Wait::Select(select) if select.fds > 0)
+            || matches!(
+                self,
+                Wait::Sleep | Wait::Io { .. } | Wait::Remote(_) | Wait::Shared(_)
+            )
+            || matches!(self, Wait::Select(select) if select.fds > 0 || select.other_threads)
     }
 }
 
@@ -143,6 +152,10 @@ impl fmt::Display for Wait {
             Wait::OtherWorker(worker) => {
                 write!(f, "joining a green thread spawned on worker {worker}")
             }
+            Wait::Shared(what) => write!(
+                f,
+                "waiting on {what}, whose other end may be on another OS thread"
+            ),
         }
     }
 }

@@ -4,7 +4,7 @@
 //! Everything here lives on one runtime (one OS thread): handles are `!Send`, and no atomics
 //! are needed. Waiters queue in FIFO order. To talk to other OS threads, use
 //! [`mpsc::Sender::remote`], a `Send` handle whose sends wake the receiving green thread
-//! through the runtime's eventfd.
+//! through the runtime's eventfd, or a [`shared`] channel, both of whose ends are `Send`.
 
 mod barrier;
 mod condvar;
@@ -17,6 +17,7 @@ pub mod oneshot;
 mod rwlock;
 pub mod select;
 mod semaphore;
+pub mod shared;
 mod wait_group;
 pub(crate) mod wait_queue;
 

@@ -2,8 +2,10 @@
 //! `Select`. [`Select`] is the builder, [`select!`](crate::select!) the macro over it.
 //!
 //! An operation is a receive ([`mpsc::Receiver`](super::mpsc::Receiver),
-//! [`oneshot::Receiver`](super::oneshot::Receiver)), a send ([`mpsc::Sender`](super::mpsc::Sender),
-//! [`mpsc::SyncSender`](super::mpsc::SyncSender)), the end of a green thread
+//! [`oneshot::Receiver`](super::oneshot::Receiver), [`shared::Receiver`](super::shared::Receiver)),
+//! a send ([`mpsc::Sender`](super::mpsc::Sender), [`mpsc::SyncSender`](super::mpsc::SyncSender),
+//! [`shared::Sender`](super::shared::Sender), [`shared::SyncSender`](super::shared::SyncSender)),
+//! the end of a green thread
 //! ([`JoinHandle`]), a green socket or [`io::Async`](crate::io::Async) becoming readable or
 //! writable, or a deadline. A select waits (parking only its green thread) until one of them
 //! is *ready*, that is, would complete without waiting, and returns it, chosen at random among
@@ -107,6 +109,12 @@ pub(crate) trait Operation {
 
     /// What to call it in the deadlock report.
     fn kind(&self) -> OperationKind;
+
+    /// Whether another OS thread may make it ready (an end of a `sync::shared` channel,
+    /// whose other end is `Send`): the deadlock report then leaves the select alone.
+    fn may_be_woken_from_another_thread(&self) -> bool {
+        false
+    }
 }
 
 /// The kinds of [`Operation`].
@@ -179,8 +187,9 @@ pub(crate) mod sealed {
 use sealed::{Operand, Sealed, Target};
 
 /// The receiving end of a channel, for [`Select::recv`] and [`SelectedOperation::recv`]:
-/// [`mpsc::Receiver`](super::mpsc::Receiver) and [`oneshot::Receiver`](super::oneshot::Receiver)
-/// (and references and `Rc`s to them: green threads share a receiver through an `Rc`). Sealed.
+/// [`mpsc::Receiver`](super::mpsc::Receiver), [`oneshot::Receiver`](super::oneshot::Receiver)
+/// and [`shared::Receiver`](super::shared::Receiver) (and references and `Rc`s to them: green
+/// threads share a receiver through an `Rc`). Sealed.
 pub trait ReceiveEnd: Sealed {
     /// The type of the messages.
     type Message;
@@ -191,8 +200,9 @@ pub trait ReceiveEnd: Sealed {
 }
 
 /// The sending end of a channel, for [`Select::send`] and [`SelectedOperation::send`]:
-/// [`mpsc::Sender`](super::mpsc::Sender) and [`mpsc::SyncSender`](super::mpsc::SyncSender) (and
-/// references and `Rc`s to them). Sealed.
+/// [`mpsc::Sender`](super::mpsc::Sender), [`mpsc::SyncSender`](super::mpsc::SyncSender),
+/// [`shared::Sender`](super::shared::Sender) and [`shared::SyncSender`](super::shared::SyncSender)
+/// (and references and `Rc`s to them). Sealed.
 pub trait SendEnd: Sealed {
     /// The type of the messages.
     type Message;
@@ -579,6 +589,11 @@ impl<'a> Select<'a> {
         let mut summary = SelectWait::default();
         let count = |counter: &mut u8| *counter = counter.saturating_add(1);
         for branch in &self.branches {
+            if let BranchTarget::Operation(operation) = branch.target
+                && operation.may_be_woken_from_another_thread()
+            {
+                summary.other_threads = true;
+            }
             match branch.target {
                 BranchTarget::Operation(operation) => match operation.kind() {
                     OperationKind::Recv => count(&mut summary.receives),
