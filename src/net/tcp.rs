@@ -417,3 +417,18 @@ impl TcpStream {
 crate::io::green_socket::stream_read_write!(TcpStream, "TcpStream");
 
 crate::io::green_socket::fd_traits!(TcpListener, TcpStream);
+
+crate::net::detached::detachable!(
+    listener TcpListener,
+    net::TcpListener,
+    "    use greenweave::net::TcpListener;\n    \
+     let socket = TcpListener::bind(\"127.0.0.1:0\").unwrap();"
+);
+
+crate::net::detached::detachable!(
+    stream TcpStream,
+    net::TcpStream,
+    "    use greenweave::net::{TcpListener, TcpStream};\n    \
+     let listener = TcpListener::bind(\"127.0.0.1:0\").unwrap();\n    \
+     let socket = TcpStream::connect(listener.local_addr().unwrap()).unwrap();"
+);

@@ -301,3 +301,10 @@ impl UdpSocket {
 }
 
 crate::io::green_socket::fd_traits!(UdpSocket);
+
+crate::net::detached::detachable!(
+    stream UdpSocket,
+    net::UdpSocket,
+    "    use greenweave::net::UdpSocket;\n    \
+     let socket = UdpSocket::bind(\"127.0.0.1:0\").unwrap();"
+);
