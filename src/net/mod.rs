@@ -14,10 +14,12 @@
 //! `ToSocketAddrs + Sync` where std's are only `ToSocketAddrs`.
 
 pub(crate) mod detached;
+mod least_loaded;
 mod tcp;
 mod udp;
 
 pub use detached::{Detach, Detached};
+pub use least_loaded::LeastLoaded;
 pub use tcp::{Incoming, TcpListener, TcpStream};
 pub use udp::UdpSocket;
 
