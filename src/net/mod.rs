@@ -3,7 +3,9 @@
 //! Each type owns a std socket in non-blocking mode, registered once with the runtime's
 //! reactor. A call that would block parks the calling green thread until epoll reports the
 //! socket ready (or its timeout passes); other green threads run meanwhile. The types are
-//! `!Send`: a socket belongs to the runtime (OS thread) that registered it.
+//! `!Send`: a socket belongs to the runtime (OS thread) that registered it; its `detach`
+//! method turns it into a [`Detached`], which is `Send`, to be attached to another OS thread's
+//! runtime.
 //!
 //! Addresses are taken as std takes them (`ToSocketAddrs`). A `SocketAddr`, an `(IpAddr, u16)`
 //! pair, or a string holding an IP literal (`"127.0.0.1:80"`, `("::1", 80)`) is used at once;
@@ -11,9 +13,13 @@
 //! only the calling green thread parks, which is why the address parameters are
 //! `ToSocketAddrs + Sync` where std's are only `ToSocketAddrs`.
 
+pub(crate) mod detached;
+mod least_loaded;
 mod tcp;
 mod udp;
 
+pub use detached::{Detach, Detached};
+pub use least_loaded::LeastLoaded;
 pub use tcp::{Incoming, TcpListener, TcpStream};
 pub use udp::UdpSocket;
 

@@ -89,6 +89,45 @@ impl TcpListener {
         TcpListener::bind_named("TcpListener::bind_with_backlog", addr, backlog)
     }
 
+    /// Binds to `addr` as [`bind`](Self::bind) does, with `SO_REUSEPORT` set: other listeners
+    /// bound this way (by the same user) may bind the same address, and the kernel spreads
+    /// incoming connections among them by a hash of each connection's addresses and ports.
+    /// This is how each worker of a multi-worker program gets its own listener on one port,
+    /// accepting on its own OS thread with no hand-off; a listener bound without the option
+    /// (or by another user) still makes the bind fail with `AddrInUse`. std has no way to set
+    /// the option before `bind`; tokio's is `TcpSocket::set_reuseport`.
+    ///
+    /// The hash spreads connections evenly only on average: a few long connections can land
+    /// on one worker. Every listener must keep accepting, since a connection hashed to one
+    /// waits for it alone.
+    ///
+    /// ```
+    /// use greenweave::net::TcpListener;
+    ///
+    /// greenweave::run(|| {
+    ///     let first = TcpListener::bind_reuse_port("127.0.0.1:0").unwrap();
+    ///     let addr = first.local_addr().unwrap();
+    ///     let second = TcpListener::bind_reuse_port(addr).unwrap(); // usually on another worker
+    ///     assert_eq!(second.local_addr().unwrap(), addr);
+    ///     assert!(TcpListener::bind(addr).is_err()); // AddrInUse: it did not ask to share
+    /// });
+    /// ```
+    ///
+    /// # Panics
+    /// Outside a runtime.
+    pub fn bind_reuse_port<A: ToSocketAddrs + Sync>(addr: A) -> io::Result<TcpListener> {
+        let addrs = resolve_for_new_socket("TcpListener::bind_reuse_port", &addr)?;
+        let mut last_error = None;
+        for addr in addrs {
+            let bound = socket::bind_reuse_port(&addr, libc::SOCK_STREAM, socket::DEFAULT_BACKLOG);
+            match bound {
+                Ok(fd) => return TcpListener::from_std(net::TcpListener::from(fd)),
+                Err(error) => last_error = Some(error),
+            }
+        }
+        Err(last_error.expect("resolve returns at least one address"))
+    }
+
     fn bind_named<A: ToSocketAddrs + Sync>(
         what: &'static str,
         addr: A,
@@ -417,3 +456,18 @@ impl TcpStream {
 crate::io::green_socket::stream_read_write!(TcpStream, "TcpStream");
 
 crate::io::green_socket::fd_traits!(TcpListener, TcpStream);
+
+crate::net::detached::detachable!(
+    listener TcpListener,
+    net::TcpListener,
+    "    use greenweave::net::TcpListener;\n    \
+     let socket = TcpListener::bind(\"127.0.0.1:0\").unwrap();"
+);
+
+crate::net::detached::detachable!(
+    stream TcpStream,
+    net::TcpStream,
+    "    use greenweave::net::{TcpListener, TcpStream};\n    \
+     let listener = TcpListener::bind(\"127.0.0.1:0\").unwrap();\n    \
+     let socket = TcpStream::connect(listener.local_addr().unwrap()).unwrap();"
+);

@@ -56,6 +56,37 @@ impl UdpSocket {
         UdpSocket::from_std(net::UdpSocket::bind(&addrs[..])?)
     }
 
+    /// Binds to `addr` as [`bind`](Self::bind) does, with `SO_REUSEPORT` set: other sockets
+    /// bound this way (by the same user) may bind the same address, and the kernel spreads
+    /// incoming datagrams among them by a hash of the sender's address and port, so each
+    /// worker of a multi-worker program can receive on its own socket. A socket bound without
+    /// the option makes the bind fail with `AddrInUse`, as before.
+    ///
+    /// ```
+    /// use greenweave::net::UdpSocket;
+    ///
+    /// greenweave::run(|| {
+    ///     let first = UdpSocket::bind_reuse_port("127.0.0.1:0").unwrap();
+    ///     let addr = first.local_addr().unwrap();
+    ///     let second = UdpSocket::bind_reuse_port(addr).unwrap();
+    ///     assert_eq!(second.local_addr().unwrap(), addr);
+    /// });
+    /// ```
+    ///
+    /// # Panics
+    /// Outside a runtime.
+    pub fn bind_reuse_port<A: ToSocketAddrs + Sync>(addr: A) -> io::Result<UdpSocket> {
+        let addrs = resolve_for_new_socket("UdpSocket::bind_reuse_port", &addr)?;
+        let mut last_error = None;
+        for addr in addrs {
+            match crate::sys::socket::bind_reuse_port(&addr, libc::SOCK_DGRAM, 0) {
+                Ok(fd) => return UdpSocket::from_std(net::UdpSocket::from(fd)),
+                Err(error) => last_error = Some(error),
+            }
+        }
+        Err(last_error.expect("resolve returns at least one address"))
+    }
+
     /// Makes a std socket green (switches it to non-blocking mode and registers it). Its std
     /// timeouts and mode are not carried over: the green socket parks (see
     /// [`set_nonblocking`](Self::set_nonblocking)); set timeouts with
@@ -301,3 +332,10 @@ impl UdpSocket {
 }
 
 crate::io::green_socket::fd_traits!(UdpSocket);
+
+crate::net::detached::detachable!(
+    stream UdpSocket,
+    net::UdpSocket,
+    "    use greenweave::net::UdpSocket;\n    \
+     let socket = UdpSocket::bind(\"127.0.0.1:0\").unwrap();"
+);

@@ -5,7 +5,7 @@
 use std::io;
 use std::mem;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::SocketAddr as UnixSocketAddr;
@@ -107,6 +107,51 @@ fn new_socket(family: libc::c_int, kind: libc::c_int) -> io::Result<OwnedFd> {
     })?;
     // SAFETY: `fd` was just returned to us.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A new non-blocking, close-on-exec socket of type `kind` (`SOCK_STREAM`, `SOCK_DGRAM`) bound
+/// to `addr` with `SO_REUSEPORT` set, so that other sockets that set it too (of the same user)
+/// can bind the same address, and the kernel spreads incoming connections (or datagrams) among
+/// them by a hash of the 4-tuple. A stream socket also gets `SO_REUSEADDR`, as std's
+/// `TcpListener::bind` sets it, and is left listening with `backlog`.
+pub(crate) fn bind_reuse_port(
+    addr: &SocketAddr,
+    kind: libc::c_int,
+    backlog: u32,
+) -> io::Result<OwnedFd> {
+    let family = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
+    let fd = new_socket(family, kind)?;
+    set_flag(&fd, libc::SO_REUSEPORT)?;
+    if kind == libc::SOCK_STREAM {
+        set_flag(&fd, libc::SO_REUSEADDR)?;
+    }
+    let (storage, len) = to_raw(addr);
+    // SAFETY: `storage` holds a valid sockaddr of length `len`; `fd` is a live socket.
+    check(unsafe { libc::bind(fd.as_raw_fd(), (&raw const storage).cast(), len) })?;
+    if kind == libc::SOCK_STREAM {
+        set_backlog(fd.as_fd(), backlog)?;
+    }
+    Ok(fd)
+}
+
+/// Sets the `SOL_SOCKET` option `option` to 1.
+fn set_flag(fd: &OwnedFd, option: libc::c_int) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: `one` is a live int and the length says so; `fd` is a live socket.
+    check(unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            option,
+            (&raw const one).cast(),
+            mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    })?;
+    Ok(())
 }
 
 /// Starts a connect on a non-blocking socket. `Ok(true)`: connected at once; `Ok(false)`: in

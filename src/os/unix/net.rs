@@ -3,7 +3,7 @@
 //!
 //! As in [`crate::net`], each type owns a std socket in non-blocking mode, registered once with
 //! the runtime's reactor; a call that would block parks only the calling green thread, and the
-//! types are `!Send`. Paths need no resolving, so the path parameters are std's `AsRef<Path>`.
+//! types are `!Send` (`detach` makes a `Send` [`Detached`](crate::net::Detached) of each). Paths need no resolving, so the path parameters are std's `AsRef<Path>`.
 //!
 //! Connecting is where these differ from std underneath: std's [`UnixStream::connect`] blocks
 //! while the listener's backlog is full, and the kernel offers nothing to wait on for "the
@@ -753,3 +753,28 @@ impl UnixDatagram {
 }
 
 crate::io::green_socket::fd_traits!(UnixListener, UnixStream, UnixDatagram);
+
+crate::net::detached::detachable!(
+    listener UnixListener,
+    net::UnixListener,
+    "    use std::os::linux::net::SocketAddrExt;\n    \
+     use std::os::unix::net::SocketAddr;\n    \
+     use greenweave::os::unix::net::UnixListener;\n    \
+     let name = format!(\"greenweave-doc-detach-{}\", std::process::id());\n    \
+     let addr = SocketAddr::from_abstract_name(name).unwrap();\n    \
+     let socket = UnixListener::bind_addr(&addr).unwrap();"
+);
+
+crate::net::detached::detachable!(
+    stream UnixStream,
+    net::UnixStream,
+    "    use greenweave::os::unix::net::UnixStream;\n    \
+     let (socket, _peer) = UnixStream::pair().unwrap();"
+);
+
+crate::net::detached::detachable!(
+    stream UnixDatagram,
+    net::UnixDatagram,
+    "    use greenweave::os::unix::net::UnixDatagram;\n    \
+     let (socket, _peer) = UnixDatagram::pair().unwrap();"
+);
