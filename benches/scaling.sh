@@ -9,9 +9,9 @@
 #        --load-cpus 8-15                                      # a 16-core machine
 #
 # Options (lists are space-separated, in one argument):
-#   --workers LIST         worker counts to run (default "1 2 1")
+#   --workers LIST         worker counts to run (default "1 1 2")
 #   --server-cpus LIST     the CPUs each worker count's server is pinned to, one taskset-style
-#                          CPU list per worker count, in the same order (default "1 0,1 0");
+#                          CPU list per worker count, in the same order (default "1 0 0,1");
 #                          a single entry is used for every worker count
 #   --load-cpus LIST       the load generator's CPUs (default "0"): wrk runs one thread per
 #                          CPU, echo_load one process per CPU (it is single-threaded), each
@@ -22,6 +22,11 @@
 #   --http-connections LIST  wrk's connections (default "64 256")
 #   --echo-connections LIST  echo_load's connections (default "100 1000")
 #   --protocols LIST       "http echo" (default both)
+#
+# The defaults are this 2-core machine's three setups, load on CPU 0 in all: 1 worker on CPU 1
+# (nothing shared: the honest per-core figure), 1 worker on CPU 0 (sharing the load's CPU), and
+# 2 workers on CPUs 0 and 1 (worker 0 shares the load's CPU: the third setup against the second
+# shows what a second core adds under that contention; it is not a scaling figure).
 #
 # Servers: examples/http_server and examples/echo_server (greenweave: one runtime per worker,
 # one SO_REUSEPORT listener each, worker i pinned to the i-th server CPU), examples/
@@ -39,8 +44,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-WORKERS="1 2 1"
-SERVER_CPUS="1 0,1 0"
+WORKERS="1 1 2"
+SERVER_CPUS="1 0 0,1"
 LOAD_CPUS="0"
 DURATION=10
 ROUNDS=3
