@@ -6,7 +6,7 @@
 //! of OS threads. The soft limit on open files is raised to the hard limit at start, since
 //! each connection is a file descriptor.
 //!
-//! With `--workers N` it runs N workers: N OS threads, each its own runtime with its own
+//! With `--workers N` it runs on N workers (`Runtime::builder().workers(N)`), each with its own
 //! listening socket on the same address (`SO_REUSEPORT`: the kernel spreads the connections
 //! over them), a connection's green thread staying on the worker that accepted it; `--pin 0-3`
 //! pins worker i to the i-th CPU of the list.
@@ -32,6 +32,9 @@ use std::time::Duration;
 use greenweave::net::{TcpListener, TcpStream};
 use greenweave::thread::sleep;
 
+#[path = "support/cpus.rs"]
+#[allow(dead_code)] // pin_this_thread is the tokio peers': the runtime pins its own workers
+mod cpus;
 #[path = "support/fd_limit.rs"]
 mod fd_limit;
 #[path = "support/workers.rs"]

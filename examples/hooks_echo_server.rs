@@ -21,6 +21,9 @@ use std::rc::Rc;
 use std::thread::sleep; // a hooked clock_nanosleep
 use std::time::Duration;
 
+#[path = "support/cpus.rs"]
+#[allow(dead_code)] // pin_this_thread is the tokio peers': the runtime pins its own workers
+mod cpus;
 #[path = "support/fd_limit.rs"]
 mod fd_limit;
 #[path = "support/workers.rs"]

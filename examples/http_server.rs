@@ -3,10 +3,11 @@
 //! The server of the "Every core (issue 15)" benchmark (`benches/scaling.sh`), against
 //! `tokio_http_server` (the same protocol on tokio's multi-thread runtime) and Go's net/http.
 //!
-//! With `--workers N` it runs N workers: N OS threads, each its own greenweave runtime with
-//! its own listening socket on the same address (`SO_REUSEPORT`: the kernel spreads the
-//! connections over them); a connection's green thread stays on the worker that accepted it.
-//! `--pin 0-3` pins worker i to the i-th CPU of the list (round robin when it is shorter).
+//! With `--workers N` it runs on N workers (`Runtime::builder().workers(N)`), each with its own
+//! listening socket on the same address (`SO_REUSEPORT`: the kernel spreads the connections
+//! over them, `Runtime::run_on_every_worker` runs an accept loop on each); a connection's green
+//! thread stays on the worker that accepted it. `--pin 0-3` pins worker i to the i-th CPU of
+//! the list (round robin when it is shorter).
 //! Pipelined requests are answered in order, one write per batch; `Connection: close` closes
 //! after the reply; a malformed request gets `400 Bad Request` and the connection closes (see
 //! `support/http_reply.rs` for the rest of the protocol).
@@ -26,6 +27,9 @@ use std::time::Duration;
 
 use greenweave::net::TcpListener;
 
+#[path = "support/cpus.rs"]
+#[allow(dead_code)] // pin_this_thread is the tokio peers': the runtime pins its own workers
+mod cpus;
 #[path = "support/fd_limit.rs"]
 mod fd_limit;
 #[path = "support/http_connection.rs"]
@@ -41,7 +45,7 @@ const USAGE: &str = "usage: http_server [--addr HOST:PORT] [--workers N] [--pin 
                    [--max-connections N]
 
   --addr HOST:PORT      where to listen (default 127.0.0.1:8080)
-  --workers N           worker OS threads, each with its own runtime and its own
+  --workers N           the runtime's workers (OS threads), each with its own
                         SO_REUSEPORT listener on that address (default 1)
   --pin CPU-LIST        pin worker i to the i-th CPU of the list, e.g. 0,1 or 0-3
                         (round robin when the list is shorter; default: not pinned)
@@ -84,7 +88,7 @@ fn parse_options() -> Result<Options, String> {
                         format!("--workers: not a positive whole number: {text:?}")
                     })?;
             }
-            "--pin" => options.cpus = workers::parse_cpu_list(&value()?)?,
+            "--pin" => options.cpus = cpus::parse_cpu_list(&value()?)?,
             "--max-connections" => {
                 let text = value()?;
                 let count = text
@@ -159,14 +163,21 @@ fn main() -> ExitCode {
     let results = workers::run_workers(listeners, &options.cpus, move |worker, listener| {
         serve(worker, listener, max_connections)
     });
+    let results = match results {
+        Ok(results) => results,
+        Err(error) => {
+            eprintln!("http_server: cannot start the workers: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let (mut connections, mut requests, mut failed) = (0, 0, false);
     for result in results {
         match result {
-            Ok(Ok((worker_connections, worker_requests))) => {
+            Ok((worker_connections, worker_requests)) => {
                 connections += worker_connections;
                 requests += worker_requests;
             }
-            Ok(Err(message)) | Err(message) => {
+            Err(message) => {
                 eprintln!("http_server: {message}");
                 failed = true;
             }

@@ -27,11 +27,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+#[path = "support/cpus.rs"]
+mod cpus;
 #[path = "support/fd_limit.rs"]
 mod fd_limit;
-#[path = "support/workers.rs"]
-#[allow(dead_code)] // only the CPU list and pinning are used here
-mod workers;
 use fd_limit::raise_fd_limit;
 
 const USAGE: &str = "usage: tokio_echo_server [--addr HOST:PORT] [--workers N] [--pin CPU-LIST]
@@ -81,7 +80,7 @@ fn parse_options() -> Result<Options, String> {
                     })?;
                 options.workers = Some(workers);
             }
-            "--pin" => options.cpus = workers::parse_cpu_list(&value()?)?,
+            "--pin" => options.cpus = cpus::parse_cpu_list(&value()?)?,
             "--max-connections" => {
                 let text = value()?;
                 let count = text
@@ -110,7 +109,7 @@ fn main() -> ExitCode {
     let fd_limit = raise_fd_limit();
     let Some(worker_count) = options.workers else {
         if let Some(&cpu) = options.cpus.first()
-            && let Err(error) = workers::pin_this_thread(cpu)
+            && let Err(error) = cpus::pin_this_thread(cpu)
         {
             eprintln!("tokio_echo_server: {error}");
         }
@@ -130,7 +129,7 @@ fn main() -> ExitCode {
         .on_thread_start(move || {
             if !cpus.is_empty() {
                 let cpu = cpus[started.fetch_add(1, Relaxed) % cpus.len()];
-                if let Err(error) = workers::pin_this_thread(cpu) {
+                if let Err(error) = cpus::pin_this_thread(cpu) {
                     eprintln!("tokio_echo_server: {error}");
                 }
             }

@@ -22,13 +22,12 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+#[path = "support/cpus.rs"]
+mod cpus;
 #[path = "support/fd_limit.rs"]
 mod fd_limit;
 #[path = "support/http_reply.rs"]
 mod http_reply;
-#[path = "support/workers.rs"]
-#[allow(dead_code)] // only the CPU list and pinning are used here
-mod workers;
 
 use fd_limit::raise_fd_limit;
 
@@ -77,7 +76,7 @@ fn parse_options() -> Result<Options, String> {
                         format!("--workers: not a positive whole number: {text:?}")
                     })?;
             }
-            "--pin" => options.cpus = workers::parse_cpu_list(&value()?)?,
+            "--pin" => options.cpus = cpus::parse_cpu_list(&value()?)?,
             "--max-connections" => {
                 let text = value()?;
                 let count = text
@@ -113,7 +112,7 @@ fn main() -> ExitCode {
         .on_thread_start(move || {
             if !cpus.is_empty() {
                 let cpu = cpus[started.fetch_add(1, Relaxed) % cpus.len()];
-                if let Err(error) = workers::pin_this_thread(cpu) {
+                if let Err(error) = cpus::pin_this_thread(cpu) {
                     eprintln!("tokio_http_server: {error}");
                 }
             }

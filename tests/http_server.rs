@@ -5,15 +5,18 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
 use std::thread;
 use std::time::Duration;
 
+#[path = "../examples/support/cpus.rs"]
+#[allow(dead_code)] // pin_this_thread is the tokio peers'
+mod cpus;
 #[path = "../examples/support/http_connection.rs"]
 mod http_connection;
 #[path = "../examples/support/http_reply.rs"]
 mod http_reply;
 #[path = "../examples/support/workers.rs"]
-#[allow(dead_code)] // run_workers serves forever: the examples use it, the tests do not
 mod workers;
 
 const OK: &str = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\n";
@@ -231,11 +234,32 @@ fn every_reuse_port_listener_is_bound_to_the_one_port_and_together_they_take_eve
 }
 
 #[test]
+fn every_worker_runs_the_server_once_on_its_own_worker_with_its_own_listener() {
+    let listeners = workers::reuse_port_listeners("127.0.0.1:0".parse().unwrap(), 2).unwrap();
+    let addr = listeners[0].local_addr().unwrap();
+    let fds: Vec<_> = listeners
+        .iter()
+        .map(|listener| listener.as_raw_fd())
+        .collect();
+    // Both workers pinned to CPU 0, which every machine has.
+    let served = workers::run_workers(listeners, &[0], |worker, listener| {
+        (
+            worker,
+            greenweave::runtime::current_worker(),
+            listener.as_raw_fd(),
+            listener.local_addr().unwrap(),
+        )
+    })
+    .unwrap();
+    assert_eq!(served, [(0, 0, fds[0], addr), (1, 1, fds[1], addr)]);
+}
+
+#[test]
 fn a_cpu_list_reads_as_taskset_writes_it() {
-    assert_eq!(workers::parse_cpu_list("0"), Ok(vec![0]));
-    assert_eq!(workers::parse_cpu_list("0,2"), Ok(vec![0, 2]));
-    assert_eq!(workers::parse_cpu_list("0-3,8"), Ok(vec![0, 1, 2, 3, 8]));
-    assert!(workers::parse_cpu_list("3-1").is_err());
-    assert!(workers::parse_cpu_list("one").is_err());
-    assert!(workers::parse_cpu_list("").is_err());
+    assert_eq!(cpus::parse_cpu_list("0"), Ok(vec![0]));
+    assert_eq!(cpus::parse_cpu_list("0,2"), Ok(vec![0, 2]));
+    assert_eq!(cpus::parse_cpu_list("0-3,8"), Ok(vec![0, 1, 2, 3, 8]));
+    assert!(cpus::parse_cpu_list("3-1").is_err());
+    assert!(cpus::parse_cpu_list("one").is_err());
+    assert!(cpus::parse_cpu_list("").is_err());
 }

@@ -3,14 +3,14 @@
 // benchmark that compares them (benches/hooks_echo.sh) runs the very same server code. The
 // including file brings into scope: `NAME` (the program's name, for its messages),
 // `TcpListener` and `TcpStream` (with `accept`, `set_nodelay`, `Read`/`Write` on `&`),
-// `green_listener` (a std listener made into that `TcpListener`), `sleep`, the module
-// `workers` (support/workers.rs); and the std items this uses (`Cell`, `ErrorKind`, `Read`,
+// `green_listener` (a std listener made into that `TcpListener`), `sleep`, the modules
+// `workers` and `cpus` (support/workers.rs, support/cpus.rs); and the std items this uses (`Cell`, `ErrorKind`, `Read`,
 // `Write`, `SocketAddr`, `ToSocketAddrs`, `ExitCode`, `Rc`, `Duration`) and `raise_fd_limit`.
 
 const OPTIONS: &str = "[--addr HOST:PORT] [--workers N] [--pin CPU-LIST] [--max-connections N]
 
   --addr HOST:PORT      where to listen (default 127.0.0.1:7000)
-  --workers N           worker OS threads, each with its own runtime and its own
+  --workers N           the runtime's workers (OS threads), each with its own
                         SO_REUSEPORT listener on that address (default 1)
   --pin CPU-LIST        pin worker i to the i-th CPU of the list, e.g. 0,1 or 0-3
                         (round robin when the list is shorter; default: not pinned)
@@ -54,7 +54,7 @@ fn parse_options() -> Result<Options, String> {
                     .filter(|&n| n > 0)
                     .ok_or_else(|| format!("--workers: not a positive whole number: {text:?}"))?;
             }
-            "--pin" => options.cpus = workers::parse_cpu_list(&value()?)?,
+            "--pin" => options.cpus = cpus::parse_cpu_list(&value()?)?,
             "--max-connections" => {
                 let text = value()?;
                 let count = text
@@ -129,14 +129,21 @@ fn main() -> ExitCode {
     let results = workers::run_workers(listeners, &options.cpus, move |worker, listener| {
         serve(worker, listener, max_connections)
     });
+    let results = match results {
+        Ok(results) => results,
+        Err(error) => {
+            eprintln!("{NAME}: cannot start the workers: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
     let (mut accepted, mut echoed, mut failed) = (0, 0, false);
     for result in results {
         match result {
-            Ok(Ok((worker_accepted, worker_echoed))) => {
+            Ok((worker_accepted, worker_echoed)) => {
                 accepted += worker_accepted;
                 echoed += worker_echoed;
             }
-            Ok(Err(message)) | Err(message) => {
+            Err(message) => {
                 eprintln!("{NAME}: {message}");
                 failed = true;
             }

@@ -2,69 +2,22 @@
 //! (`echo_server`, `hooks_echo_server`, `http_server`) and their test. Included with
 //! `#[path]`; not an example itself.
 //!
-//! A worker is an OS thread running its own greenweave runtime (`greenweave::run`), optionally
-//! pinned to one CPU, with its own listening socket: every worker's socket is bound to the
-//! same address with `SO_REUSEPORT`, so the kernel spreads incoming connections over the
-//! workers (by a hash of the connection's addresses) and a connection's green thread lives
-//! and dies on the worker that accepted it. No work moves between workers. This module owns
-//! making those sockets, parsing the CPU list and pinning; it does not serve anything itself.
+//! A worker is one of the runtime's workers (`Runtime::builder().workers(n)`: an OS thread with
+//! its own scheduler, optionally pinned to one CPU) with its own listening socket: every
+//! worker's socket is bound to the same address with `SO_REUSEPORT`, so the kernel spreads
+//! incoming connections over the workers (by a hash of the connection's addresses) and a
+//! connection's green thread lives and dies on the worker that accepted it. No work moves
+//! between workers. This module owns making those sockets and starting the workers on them; it
+//! serves nothing itself. CPU lists are `support/cpus.rs`'s.
 
 use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::thread;
+use std::sync::Mutex;
 
 /// The queue of connections not accepted yet: as long as Linux allows by default
 /// (`net.core.somaxconn`, which caps it), as `greenweave::net::TcpListener::bind` asks.
 const BACKLOG: libc::c_int = 4096;
-
-/// Parses a CPU list as `taskset -c` takes it: `0`, `0,2`, `0-3`, `0-3,8-11`.
-pub fn parse_cpu_list(text: &str) -> Result<Vec<usize>, String> {
-    let not_a_list = || format!("--pin: not a CPU list like 0,1 or 0-3: {text:?}");
-    let mut cpus = Vec::new();
-    for part in text.split(',') {
-        let (first, last) = match part.split_once('-') {
-            Some((first, last)) => (first, last),
-            None => (part, part),
-        };
-        let first: usize = first.trim().parse().map_err(|_| not_a_list())?;
-        let last: usize = last.trim().parse().map_err(|_| not_a_list())?;
-        if first > last {
-            return Err(not_a_list());
-        }
-        cpus.extend(first..=last);
-    }
-    Ok(cpus)
-}
-
-/// Pins the calling OS thread to `cpu`.
-///
-/// # Errors
-/// That of `sched_setaffinity(2)`: `EINVAL` when the machine has no such CPU, or when the
-/// process may not run there (a `taskset` around it that leaves it out).
-pub fn pin_this_thread(cpu: usize) -> io::Result<()> {
-    if cpu >= 8 * std::mem::size_of::<libc::cpu_set_t>() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("cannot pin to CPU {cpu}: a cpu_set_t holds fewer CPUs"),
-        ));
-    }
-    // SAFETY: a cpu_set_t is plain data for which all zeroes is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `cpu` is within the set's bits (checked above).
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: `set` is a live cpu_set_t of the size passed; pid 0 is the calling thread.
-    if unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) } != 0 {
-        let error = io::Error::last_os_error();
-        return Err(io::Error::new(
-            error.kind(),
-            format!(
-                "cannot pin to CPU {cpu} ({error}): see `nproc` and the process's `taskset -p`"
-            ),
-        ));
-    }
-    Ok(())
-}
 
 /// Makes `count` listening sockets all bound to `addr` with `SO_REUSEPORT` (blocking, as std's
 /// `bind` makes them; `greenweave::net::TcpListener::from_std` makes one green). With port 0,
@@ -166,46 +119,39 @@ fn reuse_port_listener(addr: SocketAddr) -> io::Result<std::net::TcpListener> {
     Ok(std::net::TcpListener::from(socket))
 }
 
-/// Runs `serve(worker, listener)` on one OS thread per listener, each in its own greenweave
-/// runtime and pinned to `cpus[worker % cpus.len()]` when `cpus` is not empty, and returns
-/// what each returned, in worker order, once all have. A worker that panicked, or could not be
-/// pinned, is an `Err` with the reason.
+/// Runs `serve(worker, listener)` on every worker of a runtime with one worker per listener
+/// (`Runtime::builder().workers(n)`, worker i pinned to `cpus[i % cpus.len()]` when `cpus` is
+/// not empty), each worker with its own listener, and returns what each returned, in worker
+/// order, once all have. A panic in `serve` is raised again from here (the runtime's rule).
+///
+/// # Errors
+/// Those of building the runtime: a CPU this process may not run on, for one.
 pub fn run_workers<T, F>(
     listeners: Vec<std::net::TcpListener>,
     cpus: &[usize],
     serve: F,
-) -> Vec<Result<T, String>>
+) -> io::Result<Vec<T>>
 where
-    T: Send + 'static,
-    F: Fn(usize, std::net::TcpListener) -> T + Send + Sync + Clone + 'static,
+    T: Send,
+    F: Fn(usize, std::net::TcpListener) -> T + Sync,
 {
-    let handles: Vec<_> = listeners
+    let workers = listeners.len();
+    let mut builder = greenweave::Runtime::builder().workers(workers);
+    if !cpus.is_empty() {
+        builder = builder.pin_workers((0..workers).map(|worker| cpus[worker % cpus.len()]));
+    }
+    let runtime = builder.build()?;
+    // Each worker takes its own listener out, once.
+    let listeners: Vec<Mutex<Option<std::net::TcpListener>>> = listeners
         .into_iter()
-        .enumerate()
-        .map(|(worker, listener)| {
-            let cpu = (!cpus.is_empty()).then(|| cpus[worker % cpus.len()]);
-            let serve = serve.clone();
-            thread::Builder::new()
-                .name(format!("worker {worker}"))
-                .spawn(move || {
-                    if let Some(cpu) = cpu {
-                        pin_this_thread(cpu)
-                            .map_err(|error| format!("worker {worker}: {error}"))?;
-                    }
-                    Ok(greenweave::run(move || serve(worker, listener)))
-                })
-        })
+        .map(|listener| Mutex::new(Some(listener)))
         .collect();
-    handles
-        .into_iter()
-        .enumerate()
-        .map(|(worker, handle)| match handle {
-            Err(error) => Err(format!(
-                "worker {worker}: cannot start its OS thread: {error}"
-            )),
-            Ok(handle) => handle
-                .join()
-                .unwrap_or_else(|_| Err(format!("worker {worker} panicked"))),
-        })
-        .collect()
+    Ok(runtime.run_on_every_worker(|worker| {
+        let listener = listeners[worker]
+            .lock()
+            .expect("no worker panics while taking its listener")
+            .take()
+            .expect("every worker runs once");
+        serve(worker, listener)
+    }))
 }
