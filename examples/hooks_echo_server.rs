@@ -15,17 +15,27 @@
 
 use std::cell::Cell;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::process::ExitCode;
 use std::rc::Rc;
 use std::thread::sleep; // a hooked clock_nanosleep
 use std::time::Duration;
 
+#[path = "support/cpus.rs"]
+#[allow(dead_code)] // pin_this_thread is the tokio peers': the runtime pins its own workers
+mod cpus;
 #[path = "support/fd_limit.rs"]
 mod fd_limit;
+#[path = "support/workers.rs"]
+mod workers;
 use fd_limit::raise_fd_limit;
 
 /// The program's name, in its messages.
 const NAME: &str = "hooks_echo_server";
+
+/// A std listener is already green through the hooks: its blocking `accept` parks.
+fn green_listener(listener: TcpListener) -> std::io::Result<TcpListener> {
+    Ok(listener)
+}
 
 include!("support/echo_server.rs");

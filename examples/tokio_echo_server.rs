@@ -1,14 +1,18 @@
-//! The echo server of `echo_server.rs`, written with tokio on a `current_thread` runtime. It
-//! exists only as the comparison for BENCHMARKS.md ("Echo server vs tokio current_thread",
-//! produced by `benches/echo_compare.sh`); tokio is a dev-dependency and greenweave does not
-//! use it.
+//! The echo server of `echo_server.rs`, written with tokio on a `current_thread` runtime, or
+//! with `--workers N` on its multi-thread runtime. It exists only as the comparison for
+//! BENCHMARKS.md ("Echo server vs tokio current_thread", produced by `benches/echo_compare.sh`,
+//! and "Every core (issue 15)", by `benches/scaling.sh`); tokio is a dev-dependency and
+//! greenweave does not use it.
 //!
 //! Same protocol and flags as `echo_server`: one task per connection, each reading up to
-//! 16 KiB and writing it back until the client closes, TCP_NODELAY on, one OS thread. The
-//! soft limit on open files is raised to the hard limit at start.
+//! 16 KiB and writing it back until the client closes, TCP_NODELAY on; one OS thread, or N
+//! work-stealing workers sharing one listener (as tokio users run it), pinned with `--pin` to
+//! the listed CPUs in the order the runtime's threads start. The soft limit on open files is
+//! raised to the hard limit at start.
 //!
 //! ```sh
 //! cargo run --release --example tokio_echo_server                 # 127.0.0.1:7000, forever
+//! cargo run --release --example tokio_echo_server -- --workers 2 --pin 0,1
 //! cargo run --example tokio_echo_server -- --addr 127.0.0.1:0 --max-connections 0
 //! ```
 
@@ -16,31 +20,42 @@ use std::io::ErrorKind;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 
+#[path = "support/cpus.rs"]
+mod cpus;
 #[path = "support/fd_limit.rs"]
 mod fd_limit;
 use fd_limit::raise_fd_limit;
 
-const USAGE: &str = "usage: tokio_echo_server [--addr HOST:PORT] [--max-connections N]
+const USAGE: &str = "usage: tokio_echo_server [--addr HOST:PORT] [--workers N] [--pin CPU-LIST]
+                         [--max-connections N]
 
   --addr HOST:PORT      where to listen (default 127.0.0.1:7000)
+  --workers N           run on the multi-thread runtime with N worker threads
+                        (default: the current_thread runtime, on this thread)
+  --pin CPU-LIST        pin the runtime's threads to the CPUs of the list, e.g. 0,1 or 0-3,
+                        in the order they start (round robin; default: not pinned)
   --max-connections N   serve N connections, wait for them to close, then exit
                         (default: serve forever; 0 binds, reports and exits)";
 
 struct Options {
     addr: String,
+    workers: Option<usize>,
+    cpus: Vec<usize>,
     max_connections: Option<u64>,
 }
 
 fn parse_options() -> Result<Options, String> {
     let mut options = Options {
         addr: "127.0.0.1:7000".to_owned(),
+        workers: None,
+        cpus: Vec::new(),
         max_connections: None,
     };
     let mut args = std::env::args().skip(1);
@@ -57,6 +72,15 @@ fn parse_options() -> Result<Options, String> {
         };
         match flag.as_str() {
             "--addr" => options.addr = value()?,
+            "--workers" => {
+                let text = value()?;
+                let workers =
+                    text.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                        format!("--workers: not a positive whole number: {text:?}")
+                    })?;
+                options.workers = Some(workers);
+            }
+            "--pin" => options.cpus = cpus::parse_cpu_list(&value()?)?,
             "--max-connections" => {
                 let text = value()?;
                 let count = text
@@ -83,15 +107,42 @@ fn main() -> ExitCode {
         }
     };
     let fd_limit = raise_fd_limit();
-    let runtime = tokio::runtime::Builder::new_current_thread()
+    let Some(worker_count) = options.workers else {
+        if let Some(&cpu) = options.cpus.first()
+            && let Err(error) = cpus::pin_this_thread(cpu)
+        {
+            eprintln!("tokio_echo_server: {error}");
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_io()
+            .enable_time()
+            .build()
+            .expect("build a current_thread runtime");
+        return runtime.block_on(serve(options, fd_limit));
+    };
+    let cpus = Arc::new(options.cpus.clone());
+    let started = AtomicUsize::new(0);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(worker_count)
         .enable_io()
         .enable_time()
+        .on_thread_start(move || {
+            if !cpus.is_empty() {
+                let cpu = cpus[started.fetch_add(1, Relaxed) % cpus.len()];
+                if let Err(error) = cpus::pin_this_thread(cpu) {
+                    eprintln!("tokio_echo_server: {error}");
+                }
+            }
+        })
         .build()
-        .expect("build a current_thread runtime");
-    runtime.block_on(serve(&options, fd_limit))
+        .expect("build a multi-thread runtime");
+    // The accept loop is a task, so it runs on the workers, not on this (unpinned) thread.
+    runtime
+        .block_on(async move { tokio::spawn(serve(options, fd_limit)).await })
+        .expect("the accept loop does not panic")
 }
 
-async fn serve(options: &Options, fd_limit: u64) -> ExitCode {
+async fn serve(options: Options, fd_limit: u64) -> ExitCode {
     let listener = match TcpListener::bind(options.addr.as_str()).await {
         Ok(listener) => listener,
         Err(error) => {
