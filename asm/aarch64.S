@@ -1,7 +1,7 @@
 /*
  * greenweave context switch: aarch64, AAPCS64, ELF, GNU assembler.
  *
- * Three routines, declared in src/arch/aarch64.rs and reached only from its inline `asm!`
+ * Five routines, declared in src/arch/aarch64.rs and reached only from its inline `asm!`
  * blocks, which is why they may use a register convention of their own:
  *
  *   greenweave_switch          in: x0 = to, x1 = data, lr = resume address
@@ -19,6 +19,10 @@
  *       The same, but leaves with `ret`. Entered only by glue (arch::suspend); `to` is
  *       normally a context that entered greenweave_switch by `bl`, so this `ret` is the one
  *       that balances that `bl`.
+ *
+ *   greenweave_switch_last, greenweave_switch_last_ret      in: x0 = to, x1 = data
+ *       The last switch of a finished fiber (arch::switch_last, arch::suspend_last): the same
+ *       two exits, but nothing is saved, since that side is never resumed.
  *
  *   greenweave_trampoline
  *       Never called: init_stack makes it the lr of a fresh stack, so the first switch to that
@@ -124,6 +128,47 @@ greenweave_switch_ret:
     ret                                     // to x30, predicted from the resumer's `bl`
     .cfi_endproc
     .size   greenweave_switch_ret, .-greenweave_switch_ret
+
+
+// The last switch of a fiber that has finished (in: x0 = to, x1 = data). Its side is never
+// resumed, so nothing is saved: it moves to `to`, restores that side as the routines above
+// do, and hands it Transfer.from = the abandoned stack pointer (never null; a receiver of a
+// last word does not use it). Entered by a plain `b`: until sp moves there is no caller to
+// unwind to.
+    .macro LEAVE_FOR_GOOD
+    .cfi_undefined x30                      // the finished side has nothing to unwind to
+    mov     x2, sp                          // Transfer.from: not null, never used
+    mov     sp, x0                          // become the other side: a saved frame, so
+    .cfi_def_cfa_offset 32                  // CFA = sp + 32, as after SAVE_RESERVED
+    .cfi_offset x29, -32
+    .cfi_offset x30, -24
+    .cfi_offset x19, -16
+    RESTORE_RESERVED
+    .endm
+
+    .globl  greenweave_switch_last
+    .hidden greenweave_switch_last
+    .type   greenweave_switch_last, %function
+    .p2align 4
+greenweave_switch_last:
+    .cfi_startproc
+    LEAVE_FOR_GOOD
+    br      x30                             // leaves the return-address predictor alone, as
+                                            // greenweave_switch does
+    .cfi_endproc
+    .size   greenweave_switch_last, .-greenweave_switch_last
+
+
+    .globl  greenweave_switch_last_ret
+    .hidden greenweave_switch_last_ret
+    .type   greenweave_switch_last_ret, %function
+    .p2align 4
+greenweave_switch_last_ret:
+    .cfi_startproc
+    LEAVE_FOR_GOOD
+    ret                                     // to the resumer's `bl`, as predicted
+    .cfi_endproc
+    .size   greenweave_switch_last_ret, .-greenweave_switch_last_ret
 
 
     .globl  greenweave_trampoline

@@ -1,7 +1,7 @@
 /*
  * greenweave context switch: x86_64, System V AMD64 ABI, ELF, GNU assembler (AT&T syntax).
  *
- * Three routines, declared in src/arch/x86_64.rs and reached only from its inline `asm!`
+ * Five routines, declared in src/arch/x86_64.rs and reached only from its inline `asm!`
  * blocks, which is why they may use a register convention of their own:
  *
  *   greenweave_switch          in: rdi = to, rdx = data      out: rax = from, rdx = data
@@ -18,6 +18,10 @@
  *       The same, but leaves with `ret`. Entered only by glue that pushed its resume address
  *       and jumped (arch::suspend); `to` is normally a context that entered greenweave_switch
  *       by `call`, so this `ret` is the one that balances that `call`.
+ *
+ *   greenweave_switch_last, greenweave_switch_last_ret      in: rdi = to, rdx = data
+ *       The last switch of a finished fiber (arch::switch_last, arch::suspend_last): the same
+ *       two exits, but nothing is saved, since that side is never resumed.
  *
  *   greenweave_trampoline
  *       Never called: init_stack makes it the resume address of a fresh stack, so the first
@@ -135,6 +139,49 @@ greenweave_switch_ret:
                                             /* by the entry the resumer's `call` pushed */
     .cfi_endproc
     .size   greenweave_switch_ret, .-greenweave_switch_ret
+
+
+/* The last switch of a fiber that has finished (in: rdi = to, rdx = data). Its side is
+ * never resumed, so nothing is saved: it moves to `to`, restores that side as the routines
+ * above do, and hands it Transfer.from = the abandoned stack pointer (never null; a receiver
+ * of a last word does not use it). Entered by a plain `jmp`, with no resume address pushed:
+ * until the stack pointer moves there is no caller to unwind to. */
+    .macro LEAVE_FOR_GOOD
+    .cfi_undefined %rip                     /* the finished side has nothing to unwind to */
+    movq    %rsp, %rax                      /* Transfer.from: not null, never used */
+    movq    %rdi, %rsp                      /* become the other side: a saved frame, so */
+    .cfi_def_cfa_offset 24                  /* CFA = rsp + 24, as after SAVE_RESERVED */
+    .cfi_offset %rbx, -24
+    .cfi_offset %rbp, -16
+    .cfi_offset %rip, -8
+    RESTORE_RESERVED
+    .endm
+
+    .globl  greenweave_switch_last
+    .hidden greenweave_switch_last
+    .type   greenweave_switch_last, @function
+    .p2align 4
+greenweave_switch_last:
+    .cfi_startproc
+    LEAVE_FOR_GOOD
+    popq    %rcx                            /* resume address into a scratch register, and */
+    .cfi_adjust_cfa_offset -8               /* jump: the return-stack buffer is untouched, as */
+    .cfi_register %rip, %rcx                /* in greenweave_switch */
+    jmpq    *%rcx
+    .cfi_endproc
+    .size   greenweave_switch_last, .-greenweave_switch_last
+
+
+    .globl  greenweave_switch_last_ret
+    .hidden greenweave_switch_last_ret
+    .type   greenweave_switch_last_ret, @function
+    .p2align 4
+greenweave_switch_last_ret:
+    .cfi_startproc
+    LEAVE_FOR_GOOD
+    retq                                    /* to the resumer's call site, as predicted */
+    .cfi_endproc
+    .size   greenweave_switch_last_ret, .-greenweave_switch_last_ret
 
 
     .globl  greenweave_trampoline

@@ -35,6 +35,10 @@ unsafe extern "C" {
     fn greenweave_switch();
     /// The same, resuming `to` with `ret`.
     fn greenweave_switch_ret();
+    /// The last switch of a finished fiber: resumes `to` by an indirect jump, saving nothing.
+    fn greenweave_switch_last();
+    /// The same, resuming `to` by `ret`.
+    fn greenweave_switch_last_ret();
     /// Never entered by Rust: the lr of a fresh stack.
     fn greenweave_trampoline();
 }
@@ -121,6 +125,37 @@ pub(super) unsafe fn suspend(to: StackPointer, data: usize) -> Transfer {
             "2:"           // execution comes back here
         )
     }
+}
+
+/// Enters `$routine`, one of the last switches, by a plain `b`: nothing comes back here.
+macro_rules! leave_by {
+    ($routine:path, $to:expr, $data:expr) => {
+        // SAFETY (for the caller to uphold): `$to` is a suspended context, and this one is
+        // never resumed, so nothing needs saving and nothing is clobbered that anyone reads.
+        core::arch::asm!(
+            "b {routine}", // into the switch, with no resume address: this side is over
+            routine = sym $routine,
+            in("x0") $to.0.as_ptr(),
+            in("x1") $data,
+            options(noreturn),
+        )
+    };
+}
+
+/// # Safety
+/// As `crate::arch::switch_last`.
+#[inline(always)]
+pub(super) unsafe fn switch_last(to: StackPointer, data: usize) -> ! {
+    // SAFETY: forwarded; see `leave_by`.
+    unsafe { leave_by!(greenweave_switch_last, to, data) }
+}
+
+/// # Safety
+/// As `crate::arch::suspend_last`.
+#[inline(always)]
+pub(super) unsafe fn suspend_last(to: StackPointer, data: usize) -> ! {
+    // SAFETY: forwarded; see `leave_by`.
+    unsafe { leave_by!(greenweave_switch_last_ret, to, data) }
 }
 
 /// Bytes of the initial frame: the switch's 32 and the entry's 16-byte slot above it.
