@@ -72,6 +72,16 @@ const ROWS: &[Row] = &[
         measured_by: "coroutine_create_run_drop/greenweave_pool",
     },
     Row {
+        name: "  the same round trip in corosensei (comparison)",
+        iterations: 5_000_000,
+        measured_by: "coroutine_round_trip/corosensei",
+    },
+    Row {
+        name: "  create+run+drop in corosensei (comparison)",
+        iterations: 1_000_000,
+        measured_by: "coroutine_create_run_drop/corosensei",
+    },
+    Row {
         name: "greenlet switch round trip (main <-> greenlet)",
         iterations: 2_000_000,
         measured_by: "greenlet_round_trip/greenweave",

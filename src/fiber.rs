@@ -266,8 +266,7 @@ unsafe extern "C" fn root<B: FiberBody>(from: StackPointer, data: usize, launch_
             Leave::ToResumer => arch::suspend_last(exit.to, word),
             Leave::ToPeer => arch::switch_last(exit.to, word),
         }
-    };
-    fatal("a finished fiber was resumed")
+    }
 }
 
 /// Aborts if dropped: lives across a fiber body's call in [`root`] and is forgotten when the body

@@ -688,8 +688,13 @@ thread_local! {
     /// thread first uses greenlets, and again from thread teardown on. Tagged with [`SLOW`]
     /// when a switch must take the slow path: when it is null, or a trace hook is installed.
     /// A plain `Cell` of a pointer, so the fast path of a switch reads one word with no
-    /// lazy-initialisation or destructor-registration check, and tests one bit.
+    /// lazy-initialisation or destructor-registration check (it tests `FAST_WORLD` instead of
+    /// the tag).
     static CURRENT: Cell<*const Record> = const { Cell::new(ptr::without_provenance(SLOW)) };
+    /// The world (its main greenlet's record) of the running greenlet when a switch may take
+    /// the fast path, else null: kept by [`set_current`] with `CURRENT`'s tag. The fast path
+    /// compares it with the target's world, one load and one comparison for both tests.
+    static FAST_WORLD: Cell<*const Record> = const { Cell::new(ptr::null()) };
     /// The main greenlet's self count (`Rc::into_raw`); null until it is made.
     static MAIN: Cell<*const Record> = const { Cell::new(ptr::null()) };
     /// Releases MAIN's count when the thread exits; touched once, when main is created.
@@ -712,12 +717,19 @@ struct Tracing {
 const SLOW: usize = 1;
 const _: () = assert!(align_of::<Record>() > SLOW);
 
-/// Makes `record` `CURRENT`, tagged if a switch must take the slow path.
+/// Makes `record` `CURRENT`, tagged if a switch must take the slow path, and sets
+/// `FAST_WORLD` to match.
 #[inline]
 fn set_current(record: *const Record) {
     let tracing = TRACE.get();
     let slow = record.is_null() || tracing.hook.is_some() || tracing.in_hook;
     CURRENT.set(record.map_addr(|addr| addr | usize::from(slow)));
+    FAST_WORLD.set(if slow {
+        ptr::null()
+    } else {
+        // SAFETY: not null (so not slow), it is the running greenlet, alive by its self count.
+        unsafe { (*record).world }
+    });
 }
 
 /// The running greenlet's record, or null if this thread has no greenlets (yet, or any more).
@@ -913,11 +925,11 @@ fn live_ancestor(record: &Rc<Record>) -> Rc<Record> {
 /// Moves control to `target` (or its nearest live ancestor) with `payload`; returns what the
 /// next switch back here brings.
 ///
-/// The fast path is a suspended or unstarted target that takes the payload (any panic; a
-/// value if it waits for this crate's token of `T`), with no trace hook installed and the main
-/// greenlet made (`CURRENT` untagged): one test of `CURRENT` and one comparison of the target's
-/// `waiting`, and nothing but this function runs between reading the target's saved context
-/// and switching to it. Everything else (dead targets, a switch to oneself, a type mismatch,
+/// The fast path is a suspended or unstarted target of the running world that takes the
+/// payload (any panic; a value if it waits for this crate's token of `T`), with no trace hook
+/// installed and the main greenlet made: one comparison of `FAST_WORLD` and one of the
+/// target's `waiting`, and nothing but this function runs between reading the target's saved
+/// context and switching to it. Everything else (dead targets, a switch to oneself, a type mismatch,
 /// tracing, the first use on a thread) is `transfer_slow`.
 #[inline(always)]
 fn transfer<T: FromGreenletExit + 'static>(
@@ -925,19 +937,18 @@ fn transfer<T: FromGreenletExit + 'static>(
     payload: Payload<T>,
     event: Event,
 ) -> T {
-    let current = CURRENT.get();
     let waiting = target.waiting.get();
     let takes_payload = match payload {
         Payload::Value(_) => Expected::is_exactly::<T>(waiting),
         Payload::Panic(_) => waiting.is_some(),
     };
-    // SAFETY (the read of `world`): untagged, `current` is the running greenlet, alive by its
-    // self count.
-    if current.addr() & SLOW == 0 && takes_payload && unsafe { (*current).world } == target.world {
+    // A target's world is never null, and FAST_WORLD is null unless the fast path is open.
+    if takes_payload && FAST_WORLD.get() == target.world {
+        // FAST_WORLD is set, so `CURRENT` is untagged (`set_current`): the running greenlet.
+        let current = CURRENT.get();
         // SAFETY: `target` waits, so its context is valid, and nothing ran since it was read;
-        // `current`, untagged (so not null), is the running greenlet (not `target`, which
-        // waits), of `target`'s world; a value is a T, which `target` waits for; no hook is
-        // installed.
+        // `current` is the running greenlet (not `target`, which waits), of `target`'s world;
+        // a value is a T, which `target` waits for; no hook is installed.
         unsafe { switch_to(current, target, target.context.get(), payload, 0) }
     } else {
         // Taken apart and rebuilt for the call, so that the payload is put in memory (where

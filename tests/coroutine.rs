@@ -504,6 +504,60 @@ fn every_callee_saved_register_is_restored_on_both_sides_of_every_switch() {
     assert_eq!(results, expected);
 }
 
+/// The same for the symmetric switch (`arch::switch`, which greenlets use): main and a
+/// greenlet ping-pong, each with its own pattern in every callee-saved register.
+#[test]
+fn every_callee_saved_register_is_restored_on_both_sides_of_every_greenlet_switch() {
+    use greenweave::greenlet::{self, Greenlet};
+
+    const ROUNDS: u64 = 50;
+    const MAIN: u64 = 3;
+    const GREENLET: u64 = 4;
+    let seen_by_greenlet = Rc::new(RefCell::new(Vec::new()));
+    let record = seen_by_greenlet.clone();
+    // Option: a greenlet's message type must say what a killed greenlet hands on (None).
+    let echo = Greenlet::new(move |mut n: Option<u64>| {
+        let main = greenlet::current::<Option<u64>>()
+            .parent()
+            .expect("made by main");
+        for round in 0..ROUNDS {
+            let seen = with_callee_saved_registers(register_pattern(GREENLET, round), || {
+                n = main.switch(n.map(|n| n + 1));
+            });
+            record.borrow_mut().push((round, seen));
+        }
+        n
+    });
+    let mut seen_by_main = Vec::new();
+    let mut replies = Vec::new();
+    for round in 0..=ROUNDS {
+        let seen = with_callee_saved_registers(register_pattern(MAIN, round), || {
+            replies.push(echo.switch(Some(round * 10)));
+        });
+        seen_by_main.push((round, seen));
+    }
+
+    for (round, seen) in seen_by_main {
+        let expected = register_pattern(MAIN, round);
+        assert!(
+            seen == expected,
+            "main, round {round}: registers hold {seen:#x?}, expected {expected:#x?}"
+        );
+    }
+    for (round, seen) in seen_by_greenlet.borrow().iter().copied() {
+        let expected = register_pattern(GREENLET, round);
+        assert!(
+            seen == expected,
+            "greenlet, round {round}: registers hold {seen:#x?}, expected {expected:#x?}"
+        );
+    }
+    assert_eq!(seen_by_greenlet.borrow().len(), ROUNDS as usize);
+    let mut expected: Vec<_> = (0..ROUNDS).map(|round| Some(round * 10 + 1)).collect();
+    expected.push(Some(ROUNDS * 10));
+    assert_eq!(replies, expected);
+    assert!(echo.is_dead());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Panics
 // ---------------------------------------------------------------------------------------------

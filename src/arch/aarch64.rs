@@ -1,57 +1,71 @@
 //! aarch64 (AAPCS64) half of [`crate::arch`]: how Rust enters the switch, and the layout of a
 //! fresh stack.
 //!
-//! The switch itself is `asm/aarch64.S`; this file enters it (by a call, or by two
-//! instructions of glue that set lr and branch) and writes the 160-byte frame that the first
-//! switch to a new stack loads. Fresh stack, highest address at the top:
+//! The switch itself is `asm/aarch64.S`, which saves and restores only x19, the frame pointer
+//! and lr (the registers LLVM reserves or the switch needs). This file enters it from `asm!`
+//! blocks (a `bl`, or two instructions that set lr and branch) that declare every other
+//! register clobbered, x20-x28 and v8-v15 included: the compiler then saves those in the
+//! enclosing function's prologue, once, and only the ones that function uses, instead of the
+//! switch saving all twenty on every switch. It also writes the frame that the first switch
+//! to a new stack loads. Fresh stack, highest address at the top:
 //!
 //! ```text
 //!   top ->  +----------------------+  16-byte aligned
-//!           | (not written)        |  top - 16   padding (sp must stay 16-aligned)
-//!           | d8..d15 (not written)|  top - 80   .. top - 16
-//!           | x29 = 0, x30 = tramp |  top - 96   fp ends frame-record walks; lr is where the
-//!           |                      |             first switch lands
-//!           | x21..x28 (not written)| top - 160  .. top - 96
-//!   sp  ->  | x19 = entry, x20 = arg| top - 176
+//!           | (not written)        |  top - 8    padding (sp must stay 16-aligned)
+//!           | entry                |  top - 16   the function the trampoline enters
+//!           | (not written)        |  top - 24   padding of the switch's frame
+//!           | x19 = arg            |  top - 32   the entry's third argument
+//!           | x30 = trampoline     |  top - 40   lr: where the first switch lands
+//!   sp  ->  | x29 = 0              |  top - 48   ends frame-record walks
 //!           +----------------------+
 //! ```
 //!
-//! After the switch pops 160 bytes, sp = top - 16: 16-byte aligned, as AAPCS64 requires always.
+//! After the switch pops its 32 bytes, sp = top - 16: 16-byte aligned, as AAPCS64 requires
+//! always, and the entry is at sp, where the trampoline reads it. The padding is never read.
 //!
-//! Only the four words the trampoline and unwinders read are written (this is on the path of
-//! every coroutine's creation). The switch loads the other slots into x21-x28 and d8-d15, whose
-//! values nothing reads: the trampoline passes on only x0, x1 and x20, and the entry, which
-//! saves them if it uses them, never returns to restore them. The padding is never read.
+//! The first switch leaves x20-x28 and d8-d15 as the resumer had them: the entry saves them if
+//! it uses them, and never returns to restore them, and the resumer declared them clobbered.
 
 use super::{EntryFn, StackPointer, Transfer};
 
 unsafe extern "C" {
-    /// Defined in `asm/aarch64.S`: saves this side, resumes `to` with `br`.
-    fn greenweave_switch(to: StackPointer, data: usize) -> Transfer;
-    /// Defined in `asm/aarch64.S`: the same, resuming `to` with `ret`. Entered only by `b`.
+    // Not functions of the C ABI: each is reached only from the `asm!` blocks below, with the
+    // registers `asm/aarch64.S` documents. Declared as functions so `sym` can name them.
+    /// Saves this side, resumes `to` with `br`.
+    fn greenweave_switch();
+    /// The same, resuming `to` with `ret`.
     fn greenweave_switch_ret();
-    /// Defined in `asm/aarch64.S`; never called directly, only branched into.
+    /// The last switch of a finished fiber: resumes `to` by an indirect jump, saving nothing.
+    fn greenweave_switch_last();
+    /// The same, resuming `to` by `ret`.
+    fn greenweave_switch_last_ret();
+    /// Never entered by Rust: the lr of a fresh stack.
     fn greenweave_trampoline();
 }
 
-/// Enters `$routine` with `b`, having set lr to the address right after it as this side's
-/// resume address, as `bl` would but without pushing the return-address predictor.
-macro_rules! branch_into {
-    ($routine:path, $to:expr, $data:expr) => {{
+/// Runs `$enter` (instructions that enter `$routine` with this side's resume address in lr,
+/// the label `2:` after them) with `$to` in x0 and `$data` in x1, and returns the [`Transfer`]
+/// this side is resumed with.
+macro_rules! switch_by {
+    ($routine:path, $to:expr, $data:expr, $($enter:literal),+) => {{
         let from: *mut u8;
         let data: usize;
         // SAFETY (for the caller to uphold): `$to` is a suspended context. The routine saves
-        // x19-x29, lr and d8-d15 and restores them when this side is resumed, so only the
-        // caller-saved registers (and lr, which the glue sets) are clobbered; sp is unchanged
-        // once we are resumed (the routine pops the frame it pushed).
+        // x19, x29 and lr and restores them when this side is resumed; every other register
+        // is declared clobbered: the caller-saved ones and all of v0-v31 (clobber_abi: its
+        // list includes lr, which the glue sets) and x20-x28, which whatever runs before we
+        // are resumed may change. x18 is neither used nor clobbered. sp is unchanged once we
+        // are resumed (the routine pops the frame it pushed); the block may use the stack
+        // because it does not claim `nostack`.
         core::arch::asm!(
-            "adr x30, 2f",   // this side's resume address: the label below
-            "b {routine}",   // into the switch; execution comes back at 2:
-            "2:",
+            $($enter,)+
             routine = sym $routine,
-            inlateout("x0") $to.0.as_ptr() => from,
+            in("x0") $to.0.as_ptr(),
             inlateout("x1") $data => data,
-            out("x30") _,
+            lateout("x2") from,
+            lateout("x20") _, lateout("x21") _, lateout("x22") _, lateout("x23") _,
+            lateout("x24") _, lateout("x25") _, lateout("x26") _, lateout("x27") _,
+            lateout("x28") _,
             clobber_abi("C"),
         );
         Transfer {
@@ -67,43 +81,99 @@ macro_rules! branch_into {
 /// As `crate::arch::switch`.
 #[inline(always)]
 pub(super) unsafe fn switch(to: StackPointer, data: usize) -> Transfer {
-    // SAFETY: forwarded; see `branch_into`.
-    unsafe { branch_into!(greenweave_switch, to, data) }
+    // SAFETY: forwarded; see `switch_by`.
+    unsafe {
+        switch_by!(
+            greenweave_switch,
+            to,
+            data,
+            "adr x30, 2f", // this side's resume address: the label below
+            "b {routine}", // into the switch, without pushing the return-address predictor
+            "2:"           // execution comes back here
+        )
+    }
 }
 
 /// # Safety
 /// As `crate::arch::switch`.
 #[inline(always)]
 pub(super) unsafe fn resume(to: StackPointer, data: usize) -> Transfer {
-    // SAFETY: the routine saves every callee-saved register the ABI requires, so to the
-    // compiler this is an ordinary call; `to` is a suspended context (forwarded).
-    unsafe { greenweave_switch(to, data) }
+    // SAFETY: forwarded; see `switch_by`.
+    unsafe {
+        switch_by!(
+            greenweave_switch,
+            to,
+            data,
+            "bl {routine}", // sets lr to this side's resume address and pushes the predictor
+            "2:"            // entry that the other side's `ret` (arch::suspend) comes back by
+        )
+    }
 }
 
 /// # Safety
 /// As `crate::arch::switch`.
 #[inline(always)]
 pub(super) unsafe fn suspend(to: StackPointer, data: usize) -> Transfer {
-    // SAFETY: forwarded; see `branch_into`.
-    unsafe { branch_into!(greenweave_switch_ret, to, data) }
+    // SAFETY: forwarded; see `switch_by`.
+    unsafe {
+        switch_by!(
+            greenweave_switch_ret,
+            to,
+            data,
+            "adr x30, 2f", // this side's resume address: the label below
+            "b {routine}", // into the switch that leaves by `ret`
+            "2:"           // execution comes back here
+        )
+    }
 }
 
-/// Bytes of the initial frame, including the 16 bytes of padding.
-pub(super) const INITIAL_FRAME_BYTES: usize = 176;
+/// Enters `$routine`, one of the last switches, by a plain `b`: nothing comes back here.
+macro_rules! leave_by {
+    ($routine:path, $to:expr, $data:expr) => {
+        // SAFETY (for the caller to uphold): `$to` is a suspended context, and this one is
+        // never resumed, so nothing needs saving and nothing is clobbered that anyone reads.
+        core::arch::asm!(
+            "b {routine}", // into the switch, with no resume address: this side is over
+            routine = sym $routine,
+            in("x0") $to.0.as_ptr(),
+            in("x1") $data,
+            options(noreturn),
+        )
+    };
+}
 
 /// # Safety
-/// `top` is 16-byte aligned and the 176 bytes below it are writable and unused.
+/// As `crate::arch::switch_last`.
+#[inline(always)]
+pub(super) unsafe fn switch_last(to: StackPointer, data: usize) -> ! {
+    // SAFETY: forwarded; see `leave_by`.
+    unsafe { leave_by!(greenweave_switch_last, to, data) }
+}
+
+/// # Safety
+/// As `crate::arch::suspend_last`.
+#[inline(always)]
+pub(super) unsafe fn suspend_last(to: StackPointer, data: usize) -> ! {
+    // SAFETY: forwarded; see `leave_by`.
+    unsafe { leave_by!(greenweave_switch_last_ret, to, data) }
+}
+
+/// Bytes of the initial frame: the switch's 32 and the entry's 16-byte slot above it.
+pub(super) const INITIAL_FRAME_BYTES: usize = 48;
+
+/// # Safety
+/// `top` is 16-byte aligned and the 48 bytes below it are writable and unused.
 #[inline]
 pub(super) unsafe fn init_stack(top: *mut u8, entry: EntryFn, arg: usize) -> *mut u8 {
-    // SAFETY: the caller guarantees the 176 bytes below `top` are ours; `top` is 16-aligned so
+    // SAFETY: the caller guarantees the 48 bytes below `top` are ours; `top` is 16-aligned so
     // every slot is 8-aligned, enough for usize.
     unsafe {
         let sp = top.sub(INITIAL_FRAME_BYTES);
         let slot = |index: usize| sp.cast::<usize>().add(index);
-        slot(0).write(entry as *const () as usize); // x19: the function the trampoline enters
-        slot(1).write(arg); // x20: its third argument
-        slot(10).write(0); // x29: a null frame pointer ends frame-record walks
-        slot(11).write(greenweave_trampoline as *const () as usize); // x30: resume address
+        slot(0).write(0); // x29: a null frame pointer ends frame-record walks
+        slot(1).write(greenweave_trampoline as *const () as usize); // x30: resume address
+        slot(2).write(arg); // x19: the entry's third argument
+        slot(4).write(entry as *const () as usize); // the function the trampoline enters
         sp
     }
 }

@@ -12,8 +12,7 @@
 //! `greenweave_asan` cfg), every switch is announced to ASan, which needs the bounds of the
 //! stack it lands on (`asan.rs`); that build allocates, in a table of those bounds. The hooks
 //! for it ([`set_stack_bounds`], [`entered_fresh_stack`], [`release_stack`], [`stack_mapped`],
-//! [`stack_unmapped`]) are empty in any other build, and the last switches ([`suspend_last`],
-//! [`switch_last`]) are plain [`suspend`] and [`switch`].
+//! [`stack_unmapped`]) are empty in any other build.
 
 use core::ptr::NonNull;
 
@@ -148,22 +147,23 @@ pub(crate) unsafe fn suspend(to: StackPointer, data: usize) -> Transfer {
     unsafe { announced!(to, imp::suspend(to, data)) }
 }
 
-/// [`suspend`] as the last switch of a context that is never resumed (a fiber that finished).
-/// Under ASan this frees the context's fake stack, so the word sent must not point into one:
-/// it must point into memory that stays valid, such as a frame ASan does not instrument (the
-/// fiber's root). Elsewhere it is [`suspend`].
+/// [`suspend`] as the last switch of a context that is never resumed (a fiber that finished):
+/// it saves nothing and never returns. The receiver's [`Transfer::from`] is then not a
+/// context (only non-null) and must not be switched to. Under ASan this frees the context's
+/// fake stack, so the word sent must not point into one: it must point into memory that stays
+/// valid, such as a frame ASan does not instrument (the fiber's root).
 ///
 /// # Safety
 /// As for [`suspend`], and nothing may ever switch back to this context.
 #[inline(always)]
-pub(crate) unsafe fn suspend_last(to: StackPointer, data: usize) -> Transfer {
+pub(crate) unsafe fn suspend_last(to: StackPointer, data: usize) -> ! {
     #[cfg(greenweave_asan)]
     // SAFETY: the switch follows at once, and the caller never comes back here.
     unsafe {
         asan::departing(None, to)
     };
     // SAFETY: forwarded from the caller.
-    unsafe { imp::suspend(to, data) }
+    unsafe { imp::suspend_last(to, data) }
 }
 
 /// [`switch`] as the last switch of a context that is never resumed; see [`suspend_last`].
@@ -171,14 +171,14 @@ pub(crate) unsafe fn suspend_last(to: StackPointer, data: usize) -> Transfer {
 /// # Safety
 /// As for [`suspend_last`].
 #[inline(always)]
-pub(crate) unsafe fn switch_last(to: StackPointer, data: usize) -> Transfer {
+pub(crate) unsafe fn switch_last(to: StackPointer, data: usize) -> ! {
     #[cfg(greenweave_asan)]
     // SAFETY: the switch follows at once, and the caller never comes back here.
     unsafe {
         asan::departing(None, to)
     };
     // SAFETY: forwarded from the caller.
-    unsafe { imp::switch(to, data) }
+    unsafe { imp::switch_last(to, data) }
 }
 
 /// Tells ASan's annotations that `context`, just built by [`init_stack`], runs on the stack

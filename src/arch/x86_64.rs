@@ -1,66 +1,70 @@
 //! x86_64 (System V) half of [`crate::arch`]: how Rust enters the switch, and the layout of a
 //! fresh stack.
 //!
-//! The switch itself is `asm/x86_64.S`; this file enters it (by a call, or by three
-//! instructions of glue that push a resume address and jump) and writes the frame that the
-//! first switch to a new stack pops. Fresh stack, highest address at the top:
+//! The switch itself is `asm/x86_64.S`, which saves and restores only rbx and rbp (the
+//! callee-saved registers LLVM reserves). This file enters it from `asm!` blocks (a `call`, or
+//! two instructions that push a resume address and jump) that declare every other register
+//! clobbered, r12-r15 included: the compiler then saves those in the enclosing function's
+//! prologue, once, and only the ones that function uses, instead of the switch saving all six
+//! on every switch. It also writes the frame that the first switch to a new stack pops.
+//! Fresh stack, highest address at the top:
 //!
 //! ```text
 //!   top ->  +----------------------+  16-byte aligned
 //!           | (not written)        |  top - 8   padding, keeps the entry's stack aligned
-//!           | (not written)        |  top - 16
+//!           | entry                |  top - 16  the function the trampoline enters
 //!           | trampoline           |  top - 24  resume address: the first switch jumps here
 //!           | 0  (rbp)             |  top - 32  ends frame-pointer walks
-//!           | (not written) (rbx)  |  top - 40
-//!           | entry (r12)          |  top - 48
-//!           | arg   (r13)          |  top - 56
-//!           | (not written) (r14)  |  top - 64
-//!   sp  ->  | (not written) (r15)  |  top - 72
+//!   sp  ->  | arg (rbx)            |  top - 40  the entry's third argument
 //!           +----------------------+
 //! ```
 //!
-//! After the switch pops seven words, rsp = top - 16, which is 16-byte aligned as the SysV ABI
-//! requires where a `call` would be; the trampoline pushes a return address and jumps, so the
-//! entry starts with rsp = 8 mod 16, as after a call.
+//! After the switch pops three words, rsp = top - 16, which is 16-byte aligned as the SysV ABI
+//! requires where a `call` would be, and holds the entry; the trampoline pushes a return
+//! address and jumps to it, so the entry starts with rsp = 8 mod 16, as after a call. The
+//! padding is never read.
 //!
-//! Only the four words the trampoline and unwinders read are written (this is on the path of
-//! every coroutine's creation). The switch loads the other three register slots into rbx, r14
-//! and r15, whose values nothing reads: the trampoline passes on only rax, rdx and r13, and
-//! the entry, which saves them if it uses them, never returns to restore them. The padding is
-//! never read at all.
+//! The first switch leaves r12-r15 as the resumer had them: the entry saves them if it uses
+//! them, and never returns to restore them, and the resumer declared them clobbered.
 
 use super::{EntryFn, StackPointer, Transfer};
 
 unsafe extern "C" {
-    /// Defined in `asm/x86_64.S`: saves this side, resumes `to` by an indirect jump.
-    fn greenweave_switch(to: StackPointer, data: usize) -> Transfer;
-    /// Defined in `asm/x86_64.S`: the same, resuming `to` by `ret`. Entered only by a jump.
+    // Not functions of the C ABI: each is reached only from the `asm!` blocks below, with the
+    // registers `asm/x86_64.S` documents. Declared as functions so `sym` can name them.
+    /// Saves this side, resumes `to` by an indirect jump.
+    fn greenweave_switch();
+    /// The same, resuming `to` by `ret`.
     fn greenweave_switch_ret();
-    /// Defined in `asm/x86_64.S`; never called directly, only jumped into.
+    /// The last switch of a finished fiber: resumes `to` by an indirect jump, saving nothing.
+    fn greenweave_switch_last();
+    /// The same, resuming `to` by `ret`.
+    fn greenweave_switch_last_ret();
+    /// Never entered by Rust: the resume address of a fresh stack.
     fn greenweave_trampoline();
 }
 
-/// Enters `$routine` by a jump, having pushed the address right after the jump as this side's
-/// resume address, exactly where a `call` would have put it but without a return-stack entry.
-macro_rules! jump_into {
-    ($routine:path, $to:expr, $data:expr) => {{
+/// Runs `$enter` (instructions that enter `$routine` with this side's resume address on the
+/// stack, the label `2:` after them) with `$to` in rdi and `$data` in rdx, and returns the
+/// [`Transfer`] this side is resumed with.
+macro_rules! switch_by {
+    ($routine:path, $to:expr, $data:expr, $($enter:literal),+) => {{
         let from: *mut u8;
         let data: usize;
         // SAFETY (for the caller to uphold): `$to` is a suspended context. The routine saves
-        // rbx, rbp and r12-r15 and restores them when this side is resumed, so only the
-        // caller-saved registers are clobbered (clobber_abi). The push is undone by whichever
-        // routine resumes us, which pops the resume address, so rsp is unchanged; the block
-        // may push because it does not claim `nostack`.
+        // rbx and rbp and restores them when this side is resumed; every other register is
+        // declared clobbered: the caller-saved ones (clobber_abi) and r12-r15, which whatever
+        // runs before we are resumed may change. rsp is unchanged once we are resumed: the
+        // resume address pushed on the way in is popped on the way back, by whichever routine
+        // resumes us; the block may push because it does not claim `nostack`, and rustc
+        // aligns rsp for a call at its start.
         core::arch::asm!(
-            "lea rax, [rip + 2f]", // this side's resume address: the label below
-            "push rax",            // saved as a call would save it (frame layout in the .S)
-            "jmp {routine}",       // into the switch; execution comes back at 2:
-            "2:",
+            $($enter,)+
             routine = sym $routine,
             in("rdi") $to.0.as_ptr(),
-            in("rsi") $data,
-            out("rax") from,
-            out("rdx") data,
+            inlateout("rdx") $data => data,
+            lateout("rax") from,
+            lateout("r12") _, lateout("r13") _, lateout("r14") _, lateout("r15") _,
             clobber_abi("C"),
         );
         Transfer {
@@ -76,43 +80,101 @@ macro_rules! jump_into {
 /// As `crate::arch::switch`.
 #[inline(always)]
 pub(super) unsafe fn switch(to: StackPointer, data: usize) -> Transfer {
-    // SAFETY: forwarded; see `jump_into`.
-    unsafe { jump_into!(greenweave_switch, to, data) }
+    // SAFETY: forwarded; see `switch_by`.
+    unsafe {
+        switch_by!(
+            greenweave_switch,
+            to,
+            data,
+            "lea rax, [rip + 2f]", // this side's resume address: the label below
+            "push rax",            // saved where a call would save it (frame layout in the .S)
+            "jmp {routine}",       // into the switch, without a return-stack entry
+            "2:"                   // execution comes back here
+        )
+    }
 }
 
 /// # Safety
 /// As `crate::arch::switch`.
 #[inline(always)]
 pub(super) unsafe fn resume(to: StackPointer, data: usize) -> Transfer {
-    // SAFETY: the routine saves every callee-saved register the ABI requires, so to the
-    // compiler this is an ordinary call; `to` is a suspended context (forwarded).
-    unsafe { greenweave_switch(to, data) }
+    // SAFETY: forwarded; see `switch_by`.
+    unsafe {
+        switch_by!(
+            greenweave_switch,
+            to,
+            data,
+            "call {routine}", // pushes this side's resume address, and the return-stack entry
+            "2:"              // that the other side's `ret` (arch::suspend) brings us back to
+        )
+    }
 }
 
 /// # Safety
 /// As `crate::arch::switch`.
 #[inline(always)]
 pub(super) unsafe fn suspend(to: StackPointer, data: usize) -> Transfer {
-    // SAFETY: forwarded; see `jump_into`.
-    unsafe { jump_into!(greenweave_switch_ret, to, data) }
+    // SAFETY: forwarded; see `switch_by`.
+    unsafe {
+        switch_by!(
+            greenweave_switch_ret,
+            to,
+            data,
+            "lea rax, [rip + 2f]", // this side's resume address: the label below
+            "push rax",            // saved where a call would save it
+            "jmp {routine}",       // into the switch that leaves by `ret`
+            "2:"                   // execution comes back here
+        )
+    }
 }
 
-/// Bytes of the initial frame, including the two words of alignment padding.
-pub(super) const INITIAL_FRAME_BYTES: usize = 72;
+/// Enters `$routine`, one of the last switches, by a plain `jmp`: nothing comes back here.
+macro_rules! leave_by {
+    ($routine:path, $to:expr, $data:expr) => {
+        // SAFETY (for the caller to uphold): `$to` is a suspended context, and this one is
+        // never resumed, so nothing needs saving and nothing is clobbered that anyone reads.
+        core::arch::asm!(
+            "jmp {routine}", // into the switch, with no resume address: this side is over
+            routine = sym $routine,
+            in("rdi") $to.0.as_ptr(),
+            in("rdx") $data,
+            options(noreturn),
+        )
+    };
+}
 
 /// # Safety
-/// `top` is 16-byte aligned and the 72 bytes below it are writable and unused.
+/// As `crate::arch::switch_last`.
+#[inline(always)]
+pub(super) unsafe fn switch_last(to: StackPointer, data: usize) -> ! {
+    // SAFETY: forwarded; see `leave_by`.
+    unsafe { leave_by!(greenweave_switch_last, to, data) }
+}
+
+/// # Safety
+/// As `crate::arch::suspend_last`.
+#[inline(always)]
+pub(super) unsafe fn suspend_last(to: StackPointer, data: usize) -> ! {
+    // SAFETY: forwarded; see `leave_by`.
+    unsafe { leave_by!(greenweave_switch_last_ret, to, data) }
+}
+
+/// Bytes of the initial frame, including the padding word.
+pub(super) const INITIAL_FRAME_BYTES: usize = 40;
+
+/// # Safety
+/// `top` is 16-byte aligned and the 40 bytes below it are writable and unused.
 #[inline]
 pub(super) unsafe fn init_stack(top: *mut u8, entry: EntryFn, arg: usize) -> *mut u8 {
-    // SAFETY: the caller guarantees the 72 bytes below `top` are ours; `top` is 16-aligned so
+    // SAFETY: the caller guarantees the 40 bytes below `top` are ours; `top` is 16-aligned so
     // every slot is 8-aligned, enough for usize.
     unsafe {
         let sp = top.sub(INITIAL_FRAME_BYTES);
         let slot = |index: usize| sp.cast::<usize>().add(index);
-        slot(2).write(arg); // r13: third argument of the entry
-        slot(3).write(entry as *const () as usize); // r12: the function the trampoline enters
-        slot(5).write(0); // rbp: a null frame pointer ends frame-pointer walks
-        slot(6).write(greenweave_trampoline as *const () as usize); // resume address
+        slot(0).write(arg); // rbx: the entry's third argument
+        slot(1).write(0); // rbp: a null frame pointer ends frame-pointer walks
+        slot(2).write(greenweave_trampoline as *const () as usize); // resume address
+        slot(3).write(entry as *const () as usize); // the function the trampoline enters
         sp
     }
 }
