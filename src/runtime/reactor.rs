@@ -128,6 +128,23 @@ impl ScheduledIo {
         }
         woken
     }
+
+    /// Hands the waiters of the directions in `bits` to `wake`, emptying their lists in place:
+    /// the lists keep their capacity and nothing is allocated, which `poll` does for every
+    /// event. `wake` only collects (the scheduler's `poll` makes the tasks runnable after the
+    /// reactor's), so the list's borrow held across it is never met again.
+    fn wake_waiters(&self, bits: u8, wake: &mut impl FnMut(Rc<Task>, u64)) {
+        if bits & Interest::Readable.bit() != 0 {
+            for (task, park) in self.readers.borrow_mut().drain(..) {
+                wake(task, park);
+            }
+        }
+        if bits & Interest::Writable.bit() != 0 {
+            for (task, park) in self.writers.borrow_mut().drain(..) {
+                wake(task, park);
+            }
+        }
+    }
 }
 
 /// Keeps an fd registered with the runtime's reactor; dropping it deregisters the fd and wakes
@@ -372,9 +389,7 @@ impl Reactor {
             }
             io.readiness
                 .set((io.readiness.get() & !(READ_CLOSED | URGENT)) | bits | read_side);
-            for (task, park) in io.take_waiters(bits) {
-                wake(task, park);
-            }
+            io.wake_waiters(bits, &mut wake);
         }
         Ok(remote)
     }
