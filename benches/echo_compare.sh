@@ -98,7 +98,9 @@ say "building the examples in release"
 cargo build --quiet --release --example echo_server --example tokio_echo_server \
   --example mio_echo_server --example echo_load
 bin_dir=${CARGO_TARGET_DIR:-target}/release/examples
-declare -A server_bin=([greenweave]=$bin_dir/echo_server [tokio]=$bin_dir/tokio_echo_server
+# GREENWEAVE_BIN: another build's echo_server in greenweave's place (a before/after comparison).
+declare -A server_bin=([greenweave]=${GREENWEAVE_BIN:-$bin_dir/echo_server}
+                       [tokio]=$bin_dir/tokio_echo_server
                        [mio]=$bin_dir/mio_echo_server)
 load_bin=$bin_dir/echo_load
 clk_tck=$(getconf CLK_TCK)
@@ -144,7 +146,7 @@ machine_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $9 }' /proc/stat;
 wait_for_line() {
   local i
   for (( i = 0; i < 3000; i++ )); do
-    grep -q -- "$2" "$1" && return 0
+    grep -qs -- "$2" "$1" && return 0
     kill -0 "$3" 2>/dev/null || return 1
     sleep 0.01
   done
@@ -170,6 +172,8 @@ declare -A run_figure
 run_one() {
   local connections=$1 server=$2
   local server_log=$work/server.log load_log=$work/load.log
+  # The last run's log goes first: its "listening on" line would name a server now gone.
+  rm -f "$server_log" "$load_log"
   "${pin_server[@]}" "${server_bin[$server]}" --addr 127.0.0.1:0 >"$server_log" 2>&1 &
   server_pid=$!
   wait_for_line "$server_log" "listening on" "$server_pid" \

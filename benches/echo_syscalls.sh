@@ -6,6 +6,7 @@
 #   bash benches/echo_syscalls.sh
 #   REQUESTS=20000 CONNECTIONS="100" bash benches/echo_syscalls.sh   # a quick look
 #   TOOL=strace bash benches/echo_syscalls.sh                        # every call by name
+#   GREENWEAVE_BIN=/tmp/echo_server_old bash benches/echo_syscalls.sh  # another build's server
 #
 # For each connection count and each server: starts the server pinned to SERVER_CPU, attaches
 # the counter to it, runs examples/echo_load pinned to LOAD_CPU with --requests REQUESTS
@@ -32,7 +33,8 @@ SIZE=${SIZE:-64}
 SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
 SERVERS=(greenweave tokio mio)
-CALLS="recvfrom sendto read write epoll_wait epoll_pwait epoll_ctl accept4 setsockopt close"
+CALLS="recvfrom sendto read write epoll_wait epoll_pwait epoll_ctl accept4 setsockopt close
+       mmap munmap mprotect madvise"
 
 say() { printf 'echo_syscalls: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
@@ -66,7 +68,8 @@ say "building the examples in release"
 cargo build --quiet --release --example echo_server --example tokio_echo_server \
   --example mio_echo_server --example echo_load
 bin_dir=${CARGO_TARGET_DIR:-target}/release/examples
-declare -A server_bin=([greenweave]=$bin_dir/echo_server [tokio]=$bin_dir/tokio_echo_server
+declare -A server_bin=([greenweave]=${GREENWEAVE_BIN:-$bin_dir/echo_server}
+                       [tokio]=$bin_dir/tokio_echo_server
                        [mio]=$bin_dir/mio_echo_server)
 load_bin=$bin_dir/echo_load
 
@@ -84,7 +87,7 @@ trap cleanup EXIT
 wait_for_line() {
   local i
   for (( i = 0; i < 3000; i++ )); do
-    grep -q -- "$2" "$1" && return 0
+    grep -qs -- "$2" "$1" && return 0
     kill -0 "$3" 2>/dev/null || return 1
     sleep 0.01
   done
@@ -96,6 +99,8 @@ declare -A count
 run_one() {
   local connections=$1 server=$2
   local server_log=$work/server.log load_log=$work/load.log out=$work/count
+  # The last run's log goes first: its "listening on" line would name a server now gone.
+  rm -f "$server_log" "$load_log"
   "${pin_server[@]}" "${server_bin[$server]}" --addr 127.0.0.1:0 >"$server_log" 2>&1 &
   server_pid=$!
   wait_for_line "$server_log" "listening on" "$server_pid" \
@@ -159,7 +164,7 @@ if [[ $TOOL == perf ]]; then
 else
   rows="total errors $CALLS"
 fi
-echo "| connections | per request | $(printf '%s | ' "${SERVERS[@]}")"
+echo "| connections | per request | $(printf '%s | ' "${SERVERS[@]}" | sed 's/ $//')"
 echo "|---|---|$(printf '%.0s---|' "${SERVERS[@]}")"
 for connections in $CONNECTIONS; do
   shown=""
