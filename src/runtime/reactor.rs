@@ -130,8 +130,8 @@ impl ScheduledIo {
     }
 
     /// Hands the waiters of the directions in `bits` to `wake`, emptying their lists in place:
-    /// the lists keep their capacity and nothing is allocated, which `poll` does for every
-    /// event. `wake` only collects (the scheduler's `poll` makes the tasks runnable after the
+    /// the lists keep their capacity, so nothing is allocated on this path, which every event
+    /// takes. `wake` only collects (the scheduler's `poll` makes the tasks runnable after the
     /// reactor's), so the list's borrow held across it is never met again.
     fn wake_waiters(&self, bits: u8, wake: &mut impl FnMut(Rc<Task>, u64)) {
         if bits & Interest::Readable.bit() != 0 {
