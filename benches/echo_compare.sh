@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
-# Echo server throughput and server CPU per request, greenweave against tokio current_thread,
-# side by side in one run. Produces the "Echo server vs tokio current_thread" section of
-# BENCHMARKS.md:
+# Echo server throughput and server CPU per request, greenweave against tokio current_thread
+# and against a raw epoll state machine on mio, side by side in one run. Produces the "Echo
+# server vs tokio current_thread and raw epoll" section of BENCHMARKS.md:
 #
 #   bash benches/echo_compare.sh
 #   DURATION=5 ROUNDS=1 CONNECTIONS="100" bash benches/echo_compare.sh   # a quick look
 #
-# Builds examples/echo_server (greenweave), examples/tokio_echo_server (the comparison) and
-# examples/echo_load (the load generator, itself greenweave) in release. Then, ROUNDS times,
-# for each connection count and each server (in alternating order from round to round, so
-# drift does not favour one side): starts the server pinned to SERVER_CPU, runs echo_load
+# Builds examples/echo_server (greenweave), examples/tokio_echo_server and
+# examples/mio_echo_server (the comparisons) and examples/echo_load (the load generator, itself
+# greenweave) in release. Then, ROUNDS times, for each connection count and each server (in
+# rotating order from round to round, so drift does not favour one): starts the server pinned
+# to SERVER_CPU, runs echo_load
 # pinned to LOAD_CPU against it for DURATION seconds of SIZE-byte request/response, reads
 # requests/s and p50/p99 from echo_load's output, and reads the server's CPU time
 # (utime + stime from /proc/<pid>/stat) from the moment echo_load starts sending to the moment
 # it exits; CPU µs per request is that over the requests completed. Prints every run, with
 # echo_load's own CPU use (near 100% means the load generator, not the server, set the pace),
 # the CPU time everything else on the machine used meanwhile, and the hypervisor's steal time
-# (a disturbed run shows in those two), then a markdown table of the medians with a
-# greenweave / tokio ratio.
+# (a disturbed run shows in those two), then a markdown table of the medians with the ratios
+# greenweave / tokio, greenweave / mio and greenweave / the lower of the two (the issue's
+# target for CPU per request).
+#
+# System calls per request: benches/echo_syscalls.sh.
 #
 # Loopback only (127.0.0.1, ephemeral ports). Needs taskset (util-linux) for pinning: without
 # it, or with fewer than two CPUs, it runs unpinned and says so in its output.
@@ -34,7 +38,7 @@ MAX_TRIES=${MAX_TRIES:-4}           # a disturbed run is repeated, up to this ma
 QUIET_WAIT=${QUIET_WAIT:-120}       # seconds to wait for the machine to go quiet before a run
 SERVER_CPU=${SERVER_CPU:-0}
 LOAD_CPU=${LOAD_CPU:-1}
-SERVERS=(greenweave tokio)
+SERVERS=(greenweave tokio mio)
 
 cpus=$(nproc) # before this script pins itself to one CPU
 say() { printf 'echo_compare: %s\n' "$*" >&2; }
@@ -91,9 +95,13 @@ CONNECTIONS=$runnable
 
 # --- build -------------------------------------------------------------------------------------
 say "building the examples in release"
-cargo build --quiet --release --example echo_server --example tokio_echo_server --example echo_load
+cargo build --quiet --release --example echo_server --example tokio_echo_server \
+  --example mio_echo_server --example echo_load
 bin_dir=${CARGO_TARGET_DIR:-target}/release/examples
-declare -A server_bin=([greenweave]=$bin_dir/echo_server [tokio]=$bin_dir/tokio_echo_server)
+# GREENWEAVE_BIN: another build's echo_server in greenweave's place (a before/after comparison).
+declare -A server_bin=([greenweave]=${GREENWEAVE_BIN:-$bin_dir/echo_server}
+                       [tokio]=$bin_dir/tokio_echo_server
+                       [mio]=$bin_dir/mio_echo_server)
 load_bin=$bin_dir/echo_load
 clk_tck=$(getconf CLK_TCK)
 
@@ -138,7 +146,7 @@ machine_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $9 }' /proc/stat;
 wait_for_line() {
   local i
   for (( i = 0; i < 3000; i++ )); do
-    grep -q -- "$2" "$1" && return 0
+    grep -qs -- "$2" "$1" && return 0
     kill -0 "$3" 2>/dev/null || return 1
     sleep 0.01
   done
@@ -164,6 +172,8 @@ declare -A run_figure
 run_one() {
   local connections=$1 server=$2
   local server_log=$work/server.log load_log=$work/load.log
+  # The last run's log goes first: its "listening on" line would name a server now gone.
+  rm -f "$server_log" "$load_log"
   "${pin_server[@]}" "${server_bin[$server]}" --addr 127.0.0.1:0 >"$server_log" 2>&1 &
   server_pid=$!
   wait_for_line "$server_log" "listening on" "$server_pid" \
@@ -247,7 +257,7 @@ run_kept() {
 median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # --- the runs ----------------------------------------------------------------------------------
-echo "echo server, greenweave vs tokio current_thread: $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo "echo server, greenweave vs tokio current_thread and mio: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "commit $(git rev-parse --short HEAD)$([[ -z $(git status --porcelain -- src asm build.rs examples Cargo.toml) ]] || echo ' (with uncommitted changes in src, asm, build.rs, examples or Cargo.toml)'), $(rustc --version)"
 echo "$(uname -sr), $cpus CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "$pinning; open-file limit $fd_limit; $DURATION s per run, $SIZE-byte messages, $ROUNDS round(s)"
@@ -256,7 +266,8 @@ echo
 echo "| round | connections | server | requests | requests/s | p50 µs | p99 µs | server CPU | server CPU µs/request | echo_load CPU | other CPU ms | steal ms |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 for (( round = 1; round <= ROUNDS; round++ )); do
-  if (( round % 2 )); then order=("${SERVERS[@]}"); else order=("${SERVERS[1]}" "${SERVERS[0]}"); fi
+  first=$(( (round - 1) % ${#SERVERS[@]} ))
+  order=("${SERVERS[@]:first}" "${SERVERS[@]:0:first}")
   for connections in $CONNECTIONS; do
     for server in "${order[@]}"; do
       run_kept "$round" "$connections" "$server"
@@ -269,10 +280,11 @@ echo
 echo "$discarded disturbed run(s) repeated; $disturbed_kept kept though still disturbed after $MAX_TRIES tries."
 echo "(Disturbed: other processes used more than $DISTURBED_PCT% of the machine's CPU time during the run.)"
 echo
-echo "Median of $ROUNDS round(s); ratio is greenweave / tokio (above 1: greenweave higher)."
+echo "Median of $ROUNDS round(s); ratios are greenweave's figure over the other's (above 1:"
+echo "greenweave higher); the last is over the lower of tokio's and mio's."
 echo
-echo "| connections | figure | greenweave | tokio | ratio |"
-echo "|---|---|---|---|---|"
+echo "| connections | figure | greenweave | tokio | mio | / tokio | / mio | / the lower |"
+echo "|---|---|---|---|---|---|---|---|"
 for connections in $CONNECTIONS; do
   for figure in "rps:requests/s" "p50:p50 latency, µs" "p99:p99 latency, µs" \
                 "us:server CPU per request, µs" "busy:server CPU busy, %" "load:echo_load CPU busy, %"; do
@@ -286,6 +298,9 @@ for connections in $CONNECTIONS; do
       m[$server]=$(echo "${values% }" | median)
     done
     awk -v c="$connections" -v f="${figure#*:}" -v g="${m[greenweave]}" -v t="${m[tokio]}" \
-      'BEGIN { printf "| %s | %s | %s | %s | %.2fx |\n", c, f, g, t, (t > 0) ? g / t : 0 }'
+      -v r="${m[mio]}" 'function ratio(a, b) { return (b > 0) ? a / b : 0 }
+      BEGIN { low = (t < r) ? t : r
+              printf "| %s | %s | %s | %s | %s | %.3fx | %.3fx | %.3fx |\n", c, f, g, t, r,
+                     ratio(g, t), ratio(g, r), ratio(g, low) }'
   done
 done

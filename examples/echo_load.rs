@@ -11,6 +11,7 @@
 //! cargo run --release --example echo_load -- --spawn-server --connections 1000 --duration 10
 //! cargo run --release --example echo_server &  # or load a separate server
 //! cargo run --release --example echo_load -- --addr 127.0.0.1:7000 --size 1024
+//! cargo run --release --example echo_load -- --spawn-server --requests 100000  # a fixed count
 //! ```
 //!
 //! Both ends run on one OS thread each: the numbers measure the runtime's per-switch and
@@ -29,13 +30,15 @@ mod fd_limit;
 use fd_limit::raise_fd_limit;
 
 const USAGE: &str = "usage: echo_load [--addr HOST:PORT | --spawn-server] [--connections C]
-                 [--duration SECONDS] [--size BYTES]
+                 [--duration SECONDS] [--requests N] [--size BYTES]
 
   --addr HOST:PORT     the echo server to load (default 127.0.0.1:7000)
   --spawn-server       start an echo server in-process (another OS thread, its own runtime)
                        on an ephemeral loopback port, and load that instead
   --connections C      concurrent connections, one green thread each (default 100)
   --duration SECONDS   how long to send requests; fractions allowed (default 5)
+  --requests N         stop after N requests in all (shared evenly among the connections),
+                       or at the end of the duration if that comes first
   --size BYTES         bytes per message (default 64)";
 
 struct Options {
@@ -43,6 +46,7 @@ struct Options {
     spawn_server: bool,
     connections: usize,
     duration: Duration,
+    requests: Option<usize>,
     size: usize,
 }
 
@@ -52,6 +56,7 @@ fn parse_options() -> Result<Options, String> {
         spawn_server: false,
         connections: 100,
         duration: Duration::from_secs(5),
+        requests: None,
         size: 64,
     };
     let mut args = std::env::args().skip(1);
@@ -71,6 +76,7 @@ fn parse_options() -> Result<Options, String> {
             "--spawn-server" => options.spawn_server = true,
             "--connections" => options.connections = positive(&flag, &value()?)?,
             "--size" => options.size = positive(&flag, &value()?)?,
+            "--requests" => options.requests = Some(positive(&flag, &value()?)?),
             "--duration" => {
                 let text = value()?;
                 options.duration = text
@@ -204,10 +210,17 @@ fn load(addr: &str, options: &Options) -> ExitCode {
     let start = Instant::now();
     let deadline = start + options.duration;
     let size = options.size;
+    let connections = streams.len();
     let clients: Vec<_> = streams
         .into_iter()
         .enumerate()
-        .map(|(i, stream)| greenweave::spawn(move || client(stream, i, size, deadline)))
+        .map(|(i, stream)| {
+            // Connection i's share of --requests: the remainder goes to the first ones.
+            let quota = options.requests.map_or(usize::MAX, |requests| {
+                requests / connections + usize::from(i < requests % connections)
+            });
+            greenweave::spawn(move || client(stream, i, size, deadline, quota))
+        })
         .collect();
     let reports: Vec<Report> = clients
         .into_iter()
@@ -246,8 +259,9 @@ fn load(addr: &str, options: &Options) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// One connection's loop: send a message, read the echo back, check it, until `deadline`.
-fn client(stream: TcpStream, id: usize, size: usize, deadline: Instant) -> Report {
+/// One connection's loop: send a message, read the echo back, check it, until `deadline` or
+/// `quota` requests.
+fn client(stream: TcpStream, id: usize, size: usize, deadline: Instant, quota: usize) -> Report {
     let mut io = &stream; // Read and Write are implemented for &TcpStream
     // Every connection sends its own bytes, so a crossed stream would show.
     let message: Vec<u8> = (0..size).map(|i| (i * 7 + id * 13) as u8).collect();
@@ -256,7 +270,7 @@ fn client(stream: TcpStream, id: usize, size: usize, deadline: Instant) -> Repor
         latencies_us: Vec::new(),
         mismatches: 0,
     };
-    while Instant::now() < deadline {
+    while report.latencies_us.len() < quota && Instant::now() < deadline {
         let sent = Instant::now();
         if let Err(error) = io.write_all(&message) {
             eprintln!("echo_load: connection {id}: write failed: {error}");

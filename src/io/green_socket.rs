@@ -45,24 +45,30 @@ macro_rules! timeout_methods {
 }
 
 /// `Read` and `Write` for a green stream type and for `&` it, each call going through
-/// `Source::do_io` with the stream's timeouts. `$name` names the type in error messages.
+/// `Source::do_read` or `Source::do_io` with the stream's timeouts. `$name` names the type in
+/// error messages; `$short_read` (a `crate::io::source::ShortRead`) says what a short read
+/// proves for it.
 macro_rules! stream_read_write {
-    ($type:ty, $name:literal) => {
+    ($type:ty, $name:literal, $short_read:expr) => {
         impl $type {
             fn read_green(&self, buf: &mut [u8]) -> io::Result<usize> {
-                self.source.do_io(
+                let capacity = buf.len();
+                self.source.do_read(
                     concat!($name, "::read"),
-                    Interest::Readable,
                     self.read_timeout.get(),
+                    $short_read,
+                    capacity,
                     || (&self.inner).read(buf),
                 )
             }
 
             fn read_vectored_green(&self, bufs: &mut [IoSliceMut<'_>]) -> io::Result<usize> {
-                self.source.do_io(
+                let capacity = bufs.iter().map(|buf| buf.len()).sum();
+                self.source.do_read(
                     concat!($name, "::read"),
-                    Interest::Readable,
                     self.read_timeout.get(),
+                    $short_read,
+                    capacity,
                     || (&self.inner).read_vectored(bufs),
                 )
             }

@@ -1,7 +1,8 @@
 //! An fd registered with the runtime's reactor, and the loop every green I/O call runs:
 //! try the operation; on `WouldBlock`, forget the cached readiness and park until the next
-//! edge (or the deadline); retry `EINTR`. Also the accept loop's variant of it, which pauses
-//! after a failure for lack of resources (see [`Source::do_accept`]).
+//! edge (or the deadline); retry `EINTR`. Also the read's variant of it, where a TCP read that
+//! comes up short forgets the cached readiness too ([`Source::do_read`]), and the accept loop's,
+//! which pauses after a failure for lack of resources (see [`Source::do_accept`]).
 //!
 //! Two of std's behaviours live here too, so every green socket type gets them alike. A read
 //! or write that runs past its timeout fails with `ErrorKind::WouldBlock`, as std's does on
@@ -156,6 +157,35 @@ impl Source {
         }
     }
 
+    /// `do_io` for a read of at most `capacity` bytes (the sum of the buffers), with what a
+    /// short read means for this kind of fd.
+    ///
+    /// With [`ShortRead::Drains`], a read that returns more than 0 but fewer than `capacity`
+    /// bytes ends the cached readability (`ScheduledIo::note_short_read`): the receive queue was
+    /// empty, so the next read parks at once instead of asking the kernel only to hear
+    /// `EAGAIN`, which saves a system call on every request of a request/response protocol.
+    /// Data that arrives after the read wakes the park: its edge is delivered at the next
+    /// `poll`, which runs only after this green thread parks.
+    ///
+    /// Only while a runtime runs: outside any, a read the cache calls not ready would panic
+    /// for want of a runtime to park in, where the kernel may well have the bytes.
+    #[inline]
+    pub(crate) fn do_read(
+        &self,
+        what: &str,
+        timeout: Option<Duration>,
+        short_read: ShortRead,
+        capacity: usize,
+        operation: impl FnMut() -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        let read = self.do_io(what, Interest::Readable, timeout, operation)?;
+        if short_read == ShortRead::Drains && read > 0 && read < capacity && scheduler::in_runtime()
+        {
+            self.registration.borrow().io.note_short_read();
+        }
+        Ok(read)
+    }
+
     /// `do_io` for `accept(2)` on a listener. When the kernel refuses for lack of resources
     /// (`EMFILE`, `ENFILE`, `ENOBUFS`, `ENOMEM`), this green thread parks for a pause (`backoff`:
     /// 1 ms, doubling with each such failure in a row up to 64 ms) before the error is
@@ -302,6 +332,21 @@ fn is_out_of_resources(error: &io::Error) -> bool {
         error.raw_os_error(),
         Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
     )
+}
+
+/// What a read that returns fewer bytes than it asked for says about the fd's receive queue
+/// (see [`Source::do_read`]). Chosen per socket type, from what the kernel's read does.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum ShortRead {
+    /// The queue was empty when the read returned. TCP: `recvmsg` copies every queued byte up
+    /// to the buffer's end, and stops short only at an urgent mark, which the reactor knows of
+    /// (`EPOLLPRI`) and then keeps the fd readable.
+    Drains,
+    /// Nothing: the next read asks the kernel. Datagram sockets (a datagram shorter than the
+    /// buffer says nothing of the next one), Unix stream sockets (a read stops after a message
+    /// that carries fds, and between messages of different credentials, with more queued),
+    /// peeks (nothing was taken), and any `Read` of `io::Async`.
+    ProvesNothing,
 }
 
 /// Whether a wait confirms cached readiness with the kernel before returning.

@@ -453,7 +453,11 @@ impl TcpStream {
     }
 }
 
-crate::io::green_socket::stream_read_write!(TcpStream, "TcpStream");
+crate::io::green_socket::stream_read_write!(
+    TcpStream,
+    "TcpStream",
+    crate::io::source::ShortRead::Drains
+);
 
 crate::io::green_socket::fd_traits!(TcpListener, TcpStream);
 

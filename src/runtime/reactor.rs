@@ -5,6 +5,11 @@
 //! them, and [`Registration`], the handle an I/O object keeps. Each fd is registered once, for
 //! both directions, edge-triggered: waiting costs no `epoll_ctl` in the steady state.
 //!
+//! Besides "readable" and "writable", the cache keeps what the last edge said about the read
+//! side: whether it is closed (`EPOLLRDHUP`, `EPOLLHUP`, `EPOLLERR`) and whether urgent data is
+//! pending (`EPOLLPRI`). Those decide whether a stream read that returned fewer bytes than it
+//! asked for may end the cached readability ([`ScheduledIo::note_short_read`]).
+//!
 //! May not: run tasks. Waking is done through the callback the scheduler passes to `poll`.
 
 use std::cell::{Cell, RefCell};
@@ -15,7 +20,7 @@ use std::os::fd::RawFd;
 use std::rc::{Rc, Weak};
 use std::time::Duration;
 
-use crate::sys::epoll::{Epoll, READ_EVENTS, WRITE_EVENTS};
+use crate::sys::epoll::{Epoll, READ_CLOSED_EVENTS, READ_EVENTS, URGENT_EVENTS, WRITE_EVENTS};
 
 use super::task::Task;
 
@@ -44,6 +49,14 @@ impl fmt::Display for Interest {
     }
 }
 
+/// Readiness bit: the last edge said the read side is closed (the peer shut its write side, or
+/// the connection is gone): the rest of the stream, then its end, can be read without waiting.
+const READ_CLOSED: u8 = 4;
+
+/// Readiness bit: the last edge said urgent (out-of-band) data is pending: a TCP read stops
+/// short at the urgent mark with bytes still queued behind it.
+const URGENT: u8 = 8;
+
 /// The token of the runtime's own eventfd (remote wake-ups).
 pub(crate) const REMOTE_TOKEN: u64 = u64::MAX;
 
@@ -51,7 +64,9 @@ pub(crate) const REMOTE_TOKEN: u64 = u64::MAX;
 pub(crate) struct ScheduledIo {
     pub(crate) fd: RawFd,
     token: u64,
-    /// Bits of [`Interest`] seen ready since the last `WouldBlock` in that direction.
+    /// Bits of [`Interest`] seen ready since the last `WouldBlock` in that direction (or, for
+    /// reads, the last short read: `note_short_read`), and `READ_CLOSED` and `URGENT` as the
+    /// last edge reported them.
     readiness: Cell<u8>,
     readers: RefCell<Vec<(Rc<Task>, u64)>>,
     writers: RefCell<Vec<(Rc<Task>, u64)>>,
@@ -67,6 +82,23 @@ impl ScheduledIo {
     /// it again.
     pub(crate) fn clear_readiness(&self, interest: Interest) {
         self.readiness.set(self.readiness.get() & !interest.bit());
+    }
+
+    /// Forgets readability after a stream read returned fewer bytes than it asked for, as a
+    /// `WouldBlock` would, so that the next read parks instead of asking the kernel only to
+    /// hear `EAGAIN`. Only for fds where such a read proves the receive queue was empty when it
+    /// returned (TCP copies all that is queued, up to the buffer, except past an urgent mark).
+    ///
+    /// Kept when the last edge said the read side is closed or urgent data is pending: then
+    /// bytes (or the end of the stream, or an error) may still be waiting, and no edge will
+    /// announce them. The edge of bytes that arrive after the read is not lost: it is queued in
+    /// the kernel until the next `poll`, which cannot run before the caller parks or yields, so
+    /// it always comes after this.
+    pub(crate) fn note_short_read(&self) {
+        let readiness = self.readiness.get();
+        if readiness & (READ_CLOSED | URGENT) == 0 {
+            self.readiness.set(readiness & !Interest::Readable.bit());
+        }
     }
 
     pub(crate) fn is_closed(&self) -> bool {
@@ -95,6 +127,23 @@ impl ScheduledIo {
             woken.append(&mut self.writers.borrow_mut());
         }
         woken
+    }
+
+    /// Hands the waiters of the directions in `bits` to `wake`, emptying their lists in place:
+    /// the lists keep their capacity, so nothing is allocated on this path, which every event
+    /// takes. `wake` only collects (the scheduler's `poll` makes the tasks runnable after the
+    /// reactor's), so the list's borrow held across it is never met again.
+    fn wake_waiters(&self, bits: u8, wake: &mut impl FnMut(Rc<Task>, u64)) {
+        if bits & Interest::Readable.bit() != 0 {
+            for (task, park) in self.readers.borrow_mut().drain(..) {
+                wake(task, park);
+            }
+        }
+        if bits & Interest::Writable.bit() != 0 {
+            for (task, park) in self.writers.borrow_mut().drain(..) {
+                wake(task, park);
+            }
+        }
     }
 }
 
@@ -328,10 +377,19 @@ impl Reactor {
             if event.events & WRITE_EVENTS != 0 {
                 bits |= Interest::Writable.bit();
             }
-            io.readiness.set(io.readiness.get() | bits);
-            for (task, park) in io.take_waiters(bits) {
-                wake(task, park);
+            // The event's bits are the fd's state when `epoll_wait` returned, not only what
+            // changed: the read side's two flags are replaced, not accumulated (a socket
+            // registered before it connects reports `EPOLLHUP` until it does).
+            let mut read_side = 0;
+            if event.events & READ_CLOSED_EVENTS != 0 {
+                read_side |= READ_CLOSED;
             }
+            if event.events & URGENT_EVENTS != 0 {
+                read_side |= URGENT;
+            }
+            io.readiness
+                .set((io.readiness.get() & !(READ_CLOSED | URGENT)) | bits | read_side);
+            io.wake_waiters(bits, &mut wake);
         }
         Ok(remote)
     }

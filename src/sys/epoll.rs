@@ -10,6 +10,11 @@ use super::check;
 pub(crate) const READ_EVENTS: u32 =
     (libc::EPOLLIN | libc::EPOLLPRI | libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32;
 pub(crate) const WRITE_EVENTS: u32 = (libc::EPOLLOUT | libc::EPOLLHUP | libc::EPOLLERR) as u32;
+/// The read side is closed: the peer shut its write side, or the connection is gone.
+pub(crate) const READ_CLOSED_EVENTS: u32 =
+    (libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32;
+/// Urgent (out-of-band) data is pending.
+pub(crate) const URGENT_EVENTS: u32 = libc::EPOLLPRI as u32;
 
 /// An epoll instance.
 pub(crate) struct Epoll {
@@ -27,10 +32,15 @@ impl Epoll {
         })
     }
 
-    /// Registers `fd` for reads and writes, edge-triggered, reporting `token`.
+    /// Registers `fd` for reads and writes, edge-triggered, reporting `token`; with
+    /// `EPOLLRDHUP` and `EPOLLPRI`, so the reactor knows when a short read proves nothing.
     pub(crate) fn add(&self, fd: RawFd, token: u64) -> io::Result<()> {
         let mut event = libc::epoll_event {
-            events: (libc::EPOLLIN | libc::EPOLLOUT | libc::EPOLLRDHUP | libc::EPOLLET) as u32,
+            events: (libc::EPOLLIN
+                | libc::EPOLLOUT
+                | libc::EPOLLRDHUP
+                | libc::EPOLLPRI
+                | libc::EPOLLET) as u32,
             u64: token,
         };
         // SAFETY: `event` is a valid epoll_event for the duration of the call.

@@ -452,7 +452,11 @@ impl UnixStream {
     }
 }
 
-crate::io::green_socket::stream_read_write!(UnixStream, "UnixStream");
+crate::io::green_socket::stream_read_write!(
+    UnixStream,
+    "UnixStream",
+    crate::io::source::ShortRead::ProvesNothing
+);
 
 /// A Unix-domain datagram socket. Receiving parks the green thread until a datagram arrives
 /// (or the read timeout passes); sending parks it while the receiver's queue is full.
