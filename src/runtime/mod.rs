@@ -15,6 +15,7 @@ pub(crate) mod locals;
 pub mod offload;
 mod panic_report;
 pub(crate) mod reactor;
+pub(crate) mod ring;
 pub(crate) mod scheduler;
 mod stall;
 pub(crate) mod task;

@@ -22,7 +22,7 @@
 //! });
 //! ```
 
-use std::cell::{Cell, OnceCell, RefCell};
+use std::cell::{Cell, OnceCell, UnsafeCell};
 use std::collections::VecDeque;
 use std::fmt;
 use std::rc::Rc;
@@ -33,8 +33,9 @@ use std::time::{Duration, Instant};
 pub use std::sync::mpsc::{RecvError, RecvTimeoutError, SendError, TryRecvError, TrySendError};
 
 use crate::runtime::budget;
+use crate::runtime::ring::Ring;
 use crate::runtime::scheduler::{self, RemoteQueue, with_scheduler};
-use crate::runtime::task::{TaskKey, Wait, Wake};
+use crate::runtime::task::{Task, TaskKey, Wait, Wake};
 
 use super::wait_queue::WaitQueue;
 
@@ -43,11 +44,12 @@ mod select;
 /// State shared by the ends of one channel (all on one runtime).
 struct Shared<T> {
     /// Messages with their sequence numbers (a rendezvous sender waits for its own).
-    queue: RefCell<VecDeque<(u64, T)>>,
+    queue: Messages<T>,
     /// `None`: unbounded; `Some(0)`: rendezvous.
     bound: Option<usize>,
     next_seq: Cell<u64>,
-    /// Sequence number of the next message the receiver will take.
+    /// Sequence number of the next message the receiver will take (kept by bounded channels
+    /// only: a rendezvous sender waits for it to pass its own).
     next_taken: Cell<u64>,
     senders: Cell<usize>,
     receiver_alive: Cell<bool>,
@@ -63,7 +65,7 @@ struct Shared<T> {
 impl<T> Shared<T> {
     fn new(bound: Option<usize>) -> Rc<Shared<T>> {
         Rc::new(Shared {
-            queue: RefCell::new(VecDeque::new()),
+            queue: Messages(UnsafeCell::new(Ring::new())),
             bound,
             next_seq: Cell::new(0),
             next_taken: Cell::new(0),
@@ -86,11 +88,12 @@ impl<T> Shared<T> {
         self.receivers_waiting.notify_all();
     }
 
-    /// Appends a message; returns its sequence number.
+    /// Appends a message; returns its sequence number. Always inlined: it is most of a send.
+    #[inline(always)]
     fn push(&self, message: T) -> u64 {
         let seq = self.next_seq.get();
         self.next_seq.set(seq + 1);
-        self.queue.borrow_mut().push_back((seq, message));
+        self.queue.push_back((seq, message));
         self.wake_receiver();
         seq
     }
@@ -98,13 +101,59 @@ impl<T> Shared<T> {
     /// Takes message number `seq` back out of the queue if the receiver has not taken it (a
     /// rendezvous sender whose send fails). The borrow ends before the caller can drop it.
     fn take_back(&self, seq: u64) -> Option<T> {
-        let mut queue = self.queue.borrow_mut();
-        let at = queue.iter().position(|(queued, _)| *queued == seq)?;
-        queue.remove(at).map(|(_, message)| message)
+        self.queue.take_back(seq)
     }
 
     fn remote_senders(&self) -> usize {
         self.inbox.get().map_or(0, |inbox| inbox.lock().senders)
+    }
+}
+
+/// A channel's local messages, with their sequence numbers.
+///
+/// Not a `RefCell`: every method is one step that hands out no reference into the ring and
+/// runs no code of the program while it holds one (it moves messages in and out and compares
+/// sequence numbers; it never drops a message: `take_all` hands them to the caller), so no two
+/// can overlap, and the channel's hottest path pays no borrow flag.
+struct Messages<T>(UnsafeCell<Ring<(u64, T)>>);
+
+impl<T> Messages<T> {
+    #[inline(always)]
+    fn push_back(&self, message: (u64, T)) {
+        // SAFETY: no reference into the ring is live (see the type's comment); growing it runs
+        // no code of the program.
+        unsafe { (*self.0.get()).push_back(message) }
+    }
+
+    #[inline(always)]
+    fn pop_front(&self) -> Option<(u64, T)> {
+        // SAFETY: as in `push_back`.
+        unsafe { (*self.0.get()).pop_front() }
+    }
+
+    #[inline(always)]
+    fn len(&self) -> usize {
+        // SAFETY: as in `push_back`.
+        unsafe { (*self.0.get()).len() }
+    }
+
+    #[inline(always)]
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Takes message number `seq` out, if it is still queued.
+    fn take_back(&self, seq: u64) -> Option<T> {
+        // SAFETY: as in `push_back`; the search only compares sequence numbers.
+        let ring = unsafe { &mut *self.0.get() };
+        let at = ring.iter().position(|(queued, _)| *queued == seq)?;
+        ring.remove(at).map(|(_, message)| message)
+    }
+
+    /// Takes every message out, for the caller to drop once it holds nothing of the channel.
+    fn take_all(&self) -> Ring<(u64, T)> {
+        // SAFETY: as in `push_back`.
+        std::mem::take(unsafe { &mut *self.0.get() })
     }
 }
 
@@ -199,6 +248,7 @@ pub struct Sender<T> {
 
 impl<T> Sender<T> {
     /// Sends a message; never parks. Fails (handing the message back) if the receiver is gone.
+    #[inline(always)]
     pub fn send(&self, message: T) -> Result<(), SendError<T>> {
         if !self.shared.receiver_alive.get() {
             return Err(SendError(message));
@@ -304,7 +354,7 @@ impl<T> SyncSender<T> {
         budget::spend("SyncSender::send");
         let shared = &self.shared;
         let bound = shared.bound.expect("a SyncSender's channel is bounded");
-        while bound > 0 && shared.queue.borrow().len() >= bound {
+        while bound > 0 && shared.queue.len() >= bound {
             if !shared.receiver_alive.get() {
                 return Err(SendError(message));
             }
@@ -346,9 +396,9 @@ impl<T> SyncSender<T> {
         }
         let bound = shared.bound.expect("a SyncSender's channel is bounded");
         let room = if bound == 0 {
-            shared.receivers_waiting.has_parked_waiter() && shared.queue.borrow().is_empty()
+            shared.receivers_waiting.has_parked_waiter() && shared.queue.is_empty()
         } else {
-            shared.queue.borrow().len() < bound
+            shared.queue.len() < bound
         };
         if !room {
             return Err(TrySendError::Full(message));
@@ -538,30 +588,48 @@ impl<T> Receiver<T> {
                 None,
                 |task, park| {
                     self.shared.receivers_waiting.push(task.clone(), park);
-                    if self.shared.bound == Some(0) {
-                        // A select waiting to send on this rendezvous channel waits for a
-                        // receiver: here is one.
-                        self.shared.senders_waiting.notify_one();
-                    }
-                    if let Some(inbox) = self.shared.inbox.get() {
-                        let mut state = inbox.lock();
-                        // The channel may come from a runtime that has ended: be woken here.
-                        with_scheduler("Receiver::recv", |scheduler| {
-                            state.follow(&scheduler.remote)
-                        });
-                        state.waiting.push(task.key());
-                        if !state.messages.is_empty() || state.senders == 0 {
-                            // Something arrived since we looked: make sure we wake.
-                            state.remote.wake(task.key());
-                        }
+                    if self.shared.bound == Some(0) || self.shared.inbox.get().is_some() {
+                        self.register_with_senders(task);
                     }
                 },
             );
             timed_out = wake == Wake::TimedOut;
-            if let Some(inbox) = self.shared.inbox.get() {
-                let me = with_scheduler("Receiver::recv", |scheduler| scheduler.current_task_key());
-                inbox.lock().waiting.retain(|&key| key != me);
+            if self.shared.inbox.get().is_some() {
+                self.unregister_from_inbox();
             }
+        }
+    }
+
+    /// The part of a receive's registration that only a rendezvous channel or one with a
+    /// remote sender needs (out of line, so that the usual park stays small).
+    #[inline(never)]
+    fn register_with_senders(&self, task: &Task) {
+        if self.shared.bound == Some(0) {
+            // A select waiting to send on this rendezvous channel waits for a receiver: here
+            // is one.
+            self.shared.senders_waiting.notify_one();
+        }
+        if let Some(inbox) = self.shared.inbox.get() {
+            let mut state = inbox.lock();
+            // The channel may come from a runtime that has ended: be woken here.
+            with_scheduler("Receiver::recv", |scheduler| {
+                state.follow(&scheduler.remote)
+            });
+            state.waiting.push(task.key());
+            if !state.messages.is_empty() || state.senders == 0 {
+                // Something arrived since we looked: make sure we wake.
+                state.remote.wake(task.key());
+            }
+        }
+    }
+
+    /// After a park of a channel with a remote sender: no remote send needs to wake this green
+    /// thread any more.
+    #[inline(never)]
+    fn unregister_from_inbox(&self) {
+        if let Some(inbox) = self.shared.inbox.get() {
+            let me = with_scheduler("Receiver::recv", |scheduler| scheduler.current_task_key());
+            inbox.lock().waiting.retain(|&key| key != me);
         }
     }
 
@@ -570,10 +638,11 @@ impl<T> Receiver<T> {
     fn take(&self) -> Option<T> {
         let shared = &self.shared;
         // The borrow ends here, before waking anyone.
-        let front = shared.queue.borrow_mut().pop_front();
+        let front = shared.queue.pop_front();
         if let Some((seq, message)) = front {
-            shared.next_taken.set(seq + 1);
+            // Only a bounded channel's senders wait for the count of messages taken.
             if let Some(bound) = shared.bound {
+                shared.next_taken.set(seq + 1);
                 self.wake_senders(bound);
             }
             return Some(message);
@@ -609,10 +678,17 @@ impl<T> Receiver<T> {
             .and_then(|inbox| inbox.lock().messages.pop_front())
     }
 
+    /// Whether no message can come any more: the queue is empty and every sender is gone.
+    /// The usual answer, a local sender is alive, is inline; the rest is not (it locks).
+    #[inline(always)]
     fn is_disconnected(&self) -> bool {
-        self.shared.senders.get() == 0
-            && self.shared.remote_senders() == 0
-            && self.shared.queue.borrow().is_empty()
+        self.shared.senders.get() == 0 && self.is_disconnected_without_local_senders()
+    }
+
+    #[inline(never)]
+    fn is_disconnected_without_local_senders(&self) -> bool {
+        self.shared.remote_senders() == 0
+            && self.shared.queue.is_empty()
             && self
                 .shared
                 .inbox
@@ -635,9 +711,9 @@ impl<T> Drop for Receiver<T> {
         });
         let local = if shared.bound == Some(0) {
             // A rendezvous sender takes its own message back instead.
-            VecDeque::new()
+            Ring::new()
         } else {
-            std::mem::take(&mut *shared.queue.borrow_mut())
+            shared.queue.take_all()
         };
         if scheduler::in_runtime() {
             shared.senders_waiting.notify_all();

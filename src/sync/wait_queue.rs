@@ -197,7 +197,8 @@ impl WaitQueue {
     }
 
     /// Wakes the longest-waiting green thread still parked here; returns whether there was one.
-    #[inline]
+    /// Always inlined: a channel's send wakes its receiver through it.
+    #[inline(always)]
     pub(crate) fn notify_one(&self) -> bool {
         let Some((task, park)) = self.first.take() else {
             return false;

@@ -17,7 +17,7 @@ use super::{Receiver, RecvError, SendError, Sender, Shared, SyncSender};
 impl<T> Operation for Receiver<T> {
     fn is_ready(&self) -> bool {
         let shared = &self.shared;
-        !shared.queue.borrow().is_empty()
+        !shared.queue.is_empty()
             || shared
                 .inbox
                 .get()
@@ -122,8 +122,8 @@ impl<T> Shared<T> {
         }
         match self.bound {
             None => true,
-            Some(0) => self.queue.borrow().is_empty() && self.receivers_waiting.has_parked_waiter(),
-            Some(bound) => self.queue.borrow().len() < bound,
+            Some(0) => self.queue.is_empty() && self.receivers_waiting.has_parked_waiter(),
+            Some(bound) => self.queue.len() < bound,
         }
     }
 }
