@@ -235,6 +235,7 @@ run_one() {
     for (( i = 0; i < load_count; i++ )); do
       # An equal share of the connections each; the first ones take the remainder.
       local share=$(( connections / load_count + (i < connections % load_count ? 1 : 0) ))
+      : >"$work/load.$i" # before the wait below looks for its line (see server_log)
       taskset -c "${load_cpu_each[i]}" "$bin_dir/echo_load" --addr "$addr" \
         --connections "$share" --duration "$DURATION" >"$work/load.$i" 2>&1 &
       load_pids+=($!)
