@@ -37,7 +37,8 @@
 # on the server CPUs by taskset only). Every server process runs under `taskset -c <server
 # CPUs>`. For each run the script records requests/s (wrk's, or the sum of the echo_load
 # processes') and the server's CPU time (utime + stime of all its threads, /proc/<pid>/stat)
-# from the start of the load to its end, over the requests completed: CPU µs per request.
+# from the start of the requests (wrk's start; for echo_load, once every connection is open)
+# to the load's end, over the requests completed: CPU µs per request.
 #
 # Needs taskset (util-linux). Without wrk (Debian package wrk) it skips the HTTP runs, without
 # go (Debian package golang-go) the Go servers, and says so. Loopback only (127.0.0.1).
@@ -222,11 +223,9 @@ run_one() {
   local addr
   addr=$(sed -n 's/.*listening on \([0-9.]*:[0-9]*\).*/\1/p' "$server_log" | head -1)
 
-  local c0 c1 t0 t1 m0 m1 l0 l1 i
-  m0=$(machine_ticks)
+  local c0 c1 t0 t1 m0 m1 l0 l1 lt0 i
   l0=$(children_ticks)
-  c0=$(cpu_ticks "$server_pid")
-  t0=$(date +%s%N)
+  lt0=$(date +%s%N)
   load_pids=()
   if [[ $protocol == http ]]; then
     taskset -c "$LOAD_CPUS" wrk -t "$load_count" -c "$connections" -d "${DURATION}s" \
@@ -236,11 +235,23 @@ run_one() {
     for (( i = 0; i < load_count; i++ )); do
       # An equal share of the connections each; the first ones take the remainder.
       local share=$(( connections / load_count + (i < connections % load_count ? 1 : 0) ))
+      : >"$work/load.$i" # before the wait below looks for its line (see server_log)
       taskset -c "${load_cpu_each[i]}" "$bin_dir/echo_load" --addr "$addr" \
         --connections "$share" --duration "$DURATION" >"$work/load.$i" 2>&1 &
       load_pids+=($!)
     done
   fi
+  # echo_load connects everything first, then sends (and times) requests; the server is
+  # measured from then. wrk sends as soon as each connection is up, so from its start.
+  if [[ $protocol == echo ]]; then
+    for (( i = 0; i < load_count; i++ )); do
+      wait_for_line "$work/load.$i" "; sending" "${load_pids[i]}" \
+        || die "echo_load did not start sending to $server: $(cat "$work/load.$i")"
+    done
+  fi
+  m0=$(machine_ticks)
+  c0=$(cpu_ticks "$server_pid")
+  t0=$(date +%s%N)
   local status=0 pid
   for pid in "${load_pids[@]}"; do wait "$pid" || status=$?; done
   load_pids=()
@@ -271,11 +282,11 @@ run_one() {
   rm -f "$work"/load.*
   local figures
   figures=$(awk -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" -v hz="$clk_tck" -v n="$requests" \
-    -v m0="$m0" -v m1="$m1" -v l0="$l0" -v l1="$l1" \
+    -v m0="$m0" -v m1="$m1" -v l0="$l0" -v l1="$l1" -v lt0="$lt0" \
     'BEGIN { cpu = (c1 - c0) / hz; wall = (t1 - t0) / 1e9; load = (l1 - l0) / hz;
-             other = (m1 - m0) / hz - cpu - load;
+             load_wall = (t1 - lt0) / 1e9; other = (m1 - m0) / hz - cpu - load * wall / load_wall;
              printf "%.2f %.1f %.2f %.0f %.0f", cpu, 100 * cpu / wall, cpu * 1e6 / n,
-                    100 * load / wall, 100 * (other > 0 ? other : 0) / wall }')
+                    100 * load / load_wall, 100 * (other > 0 ? other : 0) / wall }')
   local cpu busy us load other
   read -r cpu busy us load other <<<"$figures"
   run_figure=([rps]=$rps [us]=$us [busy]=$busy)
