@@ -219,7 +219,7 @@ fn when_main_returns_green_threads_parked_on_every_worker_are_unwound_on_their_o
             // Wait (parking) until it is parked on its worker.
             let id = greenweave::unblock(move || ready_rx.recv().unwrap());
             os_threads.push(id);
-            std::mem::forget(handle);
+            drop(handle); // detached: the green thread stays parked
         }
         os_threads
     });
