@@ -310,13 +310,14 @@ pub(crate) fn notify(task: Rc<Task>, park: u64) -> bool {
     true
 }
 
-/// Wakes green thread `task`, parked in park number `park` on the runtime whose wake-up queue
-/// is `remote`, directly through the scheduler if that runtime runs on this OS thread, and
-/// returns `true`; returns `false` (doing nothing) if it runs elsewhere, or if its task table
-/// is in use right now: the caller then wakes it through `remote`. For a `Send` primitive
-/// (`sync::shared`) whose waker may be on the waiter's own runtime (no system call then) or
-/// on any other thread.
-pub(crate) fn wake_if_local(remote: &Arc<RemoteQueue>, task: TaskKey, park: u64) -> bool {
+/// Wakes green thread `task`, parked in park number `park` (or, for `None`, in whatever park
+/// it is in: the woken code re-checks, as for every remote wake-up) on the runtime whose
+/// wake-up queue is `remote`, directly through the scheduler if that runtime runs on this OS
+/// thread, and returns `true`; returns `false` (doing nothing) if it runs elsewhere, or if its
+/// task table is in use right now: the caller then wakes it through `remote`. For `Send`
+/// primitives (`sync::shared`, `thread::spawn_on`'s join) whose waker may be on the waiter's
+/// own runtime (no system call then) or on any other thread.
+pub(crate) fn wake_if_local(remote: &Arc<RemoteQueue>, task: TaskKey, park: Option<u64>) -> bool {
     let scheduler = SCHEDULER.get();
     if scheduler.is_null() {
         return false;
@@ -332,6 +333,7 @@ pub(crate) fn wake_if_local(remote: &Arc<RemoteQueue>, task: TaskKey, park: u64)
     let task = tasks.get(task).cloned();
     drop(tasks);
     if let Some(task) = task {
+        let park = park.unwrap_or_else(|| task.park_number.get());
         scheduler.unpark(task, park, Wake::Notified);
     }
     true

@@ -236,8 +236,8 @@ impl Drop for CloseOnExit<'_> {
     }
 }
 
-/// Starts the end of the runtime however the thread that runs the main closure leaves it (a
-/// panic included), so that every worker thread ends and can be joined.
+/// Starts the end of the runtime however a worker's thread leaves its frame (a panic
+/// included), so that every worker thread ends and can be joined; a no-op when it has started.
 struct ShutdownOnExit<'a>(&'a Pool);
 
 impl Drop for ShutdownOnExit<'_> {
@@ -307,18 +307,7 @@ type EveryWorker<'f> = &'f (dyn Fn(usize) + Sync);
 /// its other workers on OS threads of their own; when `main` returns (or unwinds), ends every
 /// worker's green threads, joins the workers, and returns what `main` returned.
 pub(crate) fn run<'a, T: 'a>(settings: &super::Runtime, main: impl FnOnce() -> T + 'a) -> T {
-    let pool = Arc::new(
-        Pool::new(settings.workers)
-            .unwrap_or_else(|error| panic!("greenweave: could not start a runtime: {error}")),
-    );
-    std::thread::scope(|scope| {
-        let _shutdown = ShutdownOnExit(&pool);
-        start_other_workers(scope, settings, &pool, None);
-        let _pinned = settings
-            .pins
-            .as_ref()
-            .map(|cpus| PinnedThread::pin(0, cpus[0]));
-        let _closed = CloseOnExit(&pool, 0);
+    on_workers(settings, None, |pool| {
         let link = WorkerLink {
             pool: pool.clone(),
             index: 0,
@@ -335,11 +324,6 @@ pub(crate) fn run_on_every_worker<T: Send>(
     settings: &super::Runtime,
     each: impl Fn(usize) -> T + Sync,
 ) -> Vec<T> {
-    let pool = Arc::new(
-        Pool::new(settings.workers)
-            .unwrap_or_else(|error| panic!("greenweave: could not start a runtime: {error}")),
-    );
-    pool.state().closures_running = settings.workers;
     let results: Vec<Mutex<Option<std::thread::Result<T>>>> =
         (0..settings.workers).map(|_| Mutex::new(None)).collect();
     let closure = |worker: usize| {
@@ -347,15 +331,8 @@ pub(crate) fn run_on_every_worker<T: Send>(
         *results[worker].lock().unwrap_or_else(|p| p.into_inner()) = Some(outcome);
     };
     let closure: EveryWorker<'_> = &closure;
-    std::thread::scope(|scope| {
-        let _shutdown = ShutdownOnExit(&pool);
-        start_other_workers(scope, settings, &pool, Some(closure));
-        let _pinned = settings
-            .pins
-            .as_ref()
-            .map(|cpus| PinnedThread::pin(0, cpus[0]));
-        let _closed = CloseOnExit(&pool, 0);
-        worker_main(settings, &pool, 0, Some(closure));
+    on_workers(settings, Some(closure), |pool| {
+        worker_main(settings, pool, 0, Some(closure))
     });
     results
         .into_iter()
@@ -372,6 +349,34 @@ pub(crate) fn run_on_every_worker<T: Send>(
         .collect()
 }
 
+/// The frame of every multi-worker run: makes the pool, starts workers 1 and up (each running
+/// `each` if given), pins the calling thread as worker 0 and runs `worker_zero` on it; however
+/// that ends, starts the end of the runtime, closes worker 0's inbox, gives the calling thread
+/// its CPUs back and joins the other workers.
+fn on_workers<R>(
+    settings: &super::Runtime,
+    each: Option<EveryWorker<'_>>,
+    worker_zero: impl FnOnce(&Arc<Pool>) -> R,
+) -> R {
+    let pool = Arc::new(
+        Pool::new(settings.workers)
+            .unwrap_or_else(|error| panic!("greenweave: could not start a runtime: {error}")),
+    );
+    if each.is_some() {
+        pool.state().closures_running = settings.workers;
+    }
+    std::thread::scope(|scope| {
+        let _shutdown = ShutdownOnExit(&pool);
+        start_other_workers(scope, settings, &pool, each);
+        let _pinned = settings
+            .pins
+            .as_ref()
+            .map(|cpus| PinnedThread::pin(0, cpus[0]));
+        let _closed = CloseOnExit(&pool, 0);
+        worker_zero(&pool)
+    })
+}
+
 /// Starts workers 1 and up on OS threads of their own in `scope`.
 fn start_other_workers<'scope, 'env>(
     scope: &'scope std::thread::Scope<'scope, 'env>,
@@ -384,28 +389,20 @@ fn start_other_workers<'scope, 'env>(
             .name(format!("greenweave-worker-{index}"))
             .spawn_scoped(scope, move || {
                 let _closed = CloseOnExit(pool, index);
-                let _shutdown_if_this_fails = FailureEndsRuntime(pool);
+                // A worker leaves its loop only once the runtime is ending; if its thread
+                // unwinds instead (its scheduler could not start), this ends the runtime, and
+                // the scope joining it raises the panic from `run`.
+                let _shutdown = ShutdownOnExit(pool);
                 let _pinned = settings
                     .pins
                     .as_ref()
                     .map(|cpus| PinnedThread::pin(index, cpus[index]));
                 worker_main(settings, pool, index, each);
-                std::mem::forget(_shutdown_if_this_fails);
             });
         if let Err(error) = started {
             pool.begin_shutdown();
             panic!("greenweave: could not start worker {index}'s OS thread: {error}");
         }
-    }
-}
-
-/// Ends the whole runtime if a worker's OS thread unwinds (its scheduler failed to start, or
-/// a bug): the scope joining it then raises the panic from `run`.
-struct FailureEndsRuntime<'a>(&'a Pool);
-
-impl Drop for FailureEndsRuntime<'_> {
-    fn drop(&mut self) {
-        self.0.begin_shutdown();
     }
 }
 

@@ -126,7 +126,7 @@ impl Waker {
     fn wake(self) {
         match self {
             Waker::Green { remote, task, park } => {
-                if !scheduler::wake_if_local(&remote, task, park) {
+                if !scheduler::wake_if_local(&remote, task, Some(park)) {
                     remote.wake(task);
                 }
             }

@@ -398,11 +398,16 @@ fn finish<T>(shared: &Shared<T>, result: Result<T, JoinError>) {
     };
     match waiter {
         Some(Waiter::Green { worker, task }) => {
-            // A worker that has ended has already unwound the waiter: nothing to wake.
-            let _ = worker.pool.submit(
-                worker.index,
-                Box::new(move |scheduler: &Scheduler| scheduler.wake_task(task)),
-            );
+            // On the joiner's own worker, wake it directly; from elsewhere, with a job (counted
+            // in flight). A worker that has ended has already unwound the waiter: nothing to
+            // wake.
+            let remote = worker.pool.remote(worker.index);
+            if !scheduler::wake_if_local(remote, task, None) {
+                let _ = worker.pool.submit(
+                    worker.index,
+                    Box::new(move |scheduler: &Scheduler| scheduler.wake_task(task)),
+                );
+            }
         }
         Some(Waiter::Thread(thread)) => thread.unpark(),
         None => {}
