@@ -278,6 +278,48 @@ pub fn worker_count() -> usize {
     })
 }
 
+/// Whether the calling code runs inside a greenweave runtime on this OS thread: in one of its
+/// green threads (or a coroutine or greenlet one resumed), or in its scheduler itself (a
+/// destructor it runs, say). False outside [`run`] and [`Runtime::run`], and on every other OS
+/// thread, including a `std::thread` started from a green thread and the helper threads of
+/// [`unblock`](crate::unblock): code there does not park, and a greenweave call that must park
+/// blocks the OS thread or panics as documented for it.
+///
+/// Where [`is_in_green_thread`] is true, this is true; the converse does not hold.
+///
+/// ```
+/// use greenweave::runtime::is_in_runtime;
+///
+/// assert!(!is_in_runtime());
+/// greenweave::run(|| {
+///     assert!(is_in_runtime());
+///     let os_thread = std::thread::spawn(is_in_runtime);
+///     assert!(!os_thread.join().unwrap());
+/// });
+/// ```
+pub fn is_in_runtime() -> bool {
+    scheduler::in_runtime()
+}
+
+/// Whether the calling code runs on behalf of a green thread: on its stack, or on that of a
+/// coroutine or greenlet it resumed. This is where a blocking-looking greenweave call
+/// ([`sleep`](crate::thread::sleep), a socket read, a join) parks the calling green thread
+/// instead of blocking the OS thread. False outside a runtime, on other OS threads, and in the
+/// runtime's scheduler itself (see [`is_in_runtime`]).
+///
+/// ```
+/// use greenweave::runtime::is_in_green_thread;
+///
+/// assert!(!is_in_green_thread());
+/// greenweave::run(|| {
+///     assert!(is_in_green_thread());
+///     assert!(greenweave::spawn(is_in_green_thread).join().unwrap());
+/// });
+/// ```
+pub fn is_in_green_thread() -> bool {
+    scheduler::in_green_thread()
+}
+
 impl Default for Runtime {
     fn default() -> Self {
         Runtime::new()
@@ -435,11 +477,17 @@ impl Builder {
     /// While it is on, a watchdog thread (one per running runtime, stopped when the runtime
     /// ends) looks every half threshold at which green thread runs. When one has run for the
     /// threshold without parking, the watchdog writes one line at once (the stuck thread
-    /// cannot):
+    /// cannot), with what the OS thread is doing: the system call it is blocked in, read from
+    /// `/proc/self/task/<tid>/syscall` and named for the common ones (else `system call 123`),
+    /// or `computing` when it runs its own code; and what usually causes that:
     ///
     /// ```text
-    /// greenweave: green thread 'worker' (id 3) has run for at least 112 ms without parking; a blocking call (std::sync lock, file I/O, a raw syscall, a CPU-bound loop) is holding up every green thread on this OS thread
+    /// greenweave: green thread 'db' (id 7) has held its OS thread for at least 1.2 s without parking, blocked in the system call futex; it is holding up every green thread on this OS thread (a std::sync lock or channel, or a raw futex wait: greenweave::sync parks instead, greenweave::unblock runs a blocking call on a helper thread)
+    /// greenweave: green thread 'worker' (id 3) has held its OS thread for at least 112 ms without parking, computing (running its own code, in no system call); it is holding up every green thread on this OS thread (a CPU-bound loop: call greenweave::thread::yield_now in it, or run it with greenweave::unblock)
     /// ```
+    ///
+    /// Under qemu-user, whose `/proc` is the host kernel's, the call is not named ("blocked in
+    /// a system call"); where `/proc` cannot be read, the line says so.
     ///
     /// When that green thread next parks, it writes how long the stall lasted and a backtrace
     /// of that park: the first frame below greenweave's own is the code right after the
