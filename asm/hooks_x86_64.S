@@ -4,6 +4,8 @@
  *
  *   int fcntl(int fd, int cmd, ...);            also exported as fcntl64
  *   int ioctl(int fd, unsigned long request, ...);
+ *   long syscall(long number, ...);             futex calls to src/hooks/futex.rs, the rest
+ *                                               to libc's syscall untouched
  *
  * Stable Rust cannot define a variadic function, so these two are defined here and jump to
  * the Rust functions greenweave_hook_fcntl(fd, cmd, arg) and greenweave_hook_ioctl(fd,
@@ -52,5 +54,90 @@ ioctl:
                                                hooks read) */
     .cfi_endproc
     .size   ioctl, .-ioctl
+
+
+/*
+ * long syscall(long number, ...)
+ *
+ * Every number but SYS_futex, and a futex wake while no green thread waits on any futex
+ * (greenweave_futex_green_waiters == 0), jumps to libc's syscall with every register as the
+ * caller set it: rdi = number, rsi, rdx, rcx, r8, r9 = the first five arguments, the sixth on
+ * the stack above the return address, al = the variadic vector-register count. Only r10 and
+ * r11 are used on the way: caller-saved, and no argument register (SysV 3.2.3).
+ *
+ * A futex wait (FUTEX_WAIT, FUTEX_WAIT_BITSET, from any thread: the Rust side asks whether it
+ * runs in a green thread), or any futex call while green threads wait, goes to
+ *   long greenweave_hook_futex(uaddr, op, val, timeout, uaddr2, val3)
+ * with the arguments moved down one register, the sixth from the stack into r9. Still a tail
+ * call: the caller's return address stays on top of the stack, so the Rust function returns
+ * straight to the caller.
+ */
+    .globl  syscall
+    .type   syscall, @function
+    .p2align 4
+syscall:
+    .cfi_startproc                          /* CFA = rsp + 8, return address at rsp */
+    endbr64                                 /* landing pad, as above */
+    cmpq    $202, %rdi                      /* SYS_futex on x86_64 */
+    jne     .Lsyscall_libc                  /* any other system call: libc's */
+    movl    %edx, %r10d                     /* edx = op (an int: only the low half is set) */
+    andl    $0x7f, %r10d                    /* the command, without PRIVATE/CLOCK_REALTIME */
+    jz      .Lsyscall_futex                 /* FUTEX_WAIT (0): maybe a green thread's */
+    cmpl    $9, %r10d                       /* FUTEX_WAIT_BITSET */
+    je      .Lsyscall_futex
+    movq    greenweave_futex_green_waiters@GOTPCREL(%rip), %r11
+    cmpq    $0, (%r11)                      /* the one load a wake costs when no green */
+    jne     .Lsyscall_futex                 /* thread waits: nonzero, look at the table */
+.Lsyscall_libc:
+    movq    greenweave_real_syscall@GOTPCREL(%rip), %r11
+    movq    (%r11), %r11                    /* libc's syscall, resolved at load time */
+    testq   %r11, %r11
+    jz      .Lsyscall_resolve               /* a call before the constructors ran */
+    jmp     *%r11                           /* tail call, every argument register intact */
+.Lsyscall_futex:
+    movq    %rsi, %rdi                      /* uaddr */
+    movq    %rdx, %rsi                      /* op */
+    movq    %rcx, %rdx                      /* val */
+    movq    %r8, %rcx                       /* timeout (or val2) */
+    movq    %r9, %r8                        /* uaddr2 */
+    movq    8(%rsp), %r9                    /* val3: the seventh C argument, on the stack
+                                               just above the return address */
+    jmp     greenweave_hook_futex@PLT
+.Lsyscall_resolve:
+    /* Save the argument registers (and al), resolve, restore, jump: seven pushes take rsp
+       from 8 mod 16 (at entry) to 0 mod 16, the alignment a call needs. */
+    pushq   %rdi
+    .cfi_adjust_cfa_offset 8
+    pushq   %rsi
+    .cfi_adjust_cfa_offset 8
+    pushq   %rdx
+    .cfi_adjust_cfa_offset 8
+    pushq   %rcx
+    .cfi_adjust_cfa_offset 8
+    pushq   %r8
+    .cfi_adjust_cfa_offset 8
+    pushq   %r9
+    .cfi_adjust_cfa_offset 8
+    pushq   %rax
+    .cfi_adjust_cfa_offset 8
+    call    greenweave_resolve_real_syscall@PLT  /* returns libc's syscall in rax */
+    movq    %rax, %r11
+    popq    %rax
+    .cfi_adjust_cfa_offset -8
+    popq    %r9
+    .cfi_adjust_cfa_offset -8
+    popq    %r8
+    .cfi_adjust_cfa_offset -8
+    popq    %rcx
+    .cfi_adjust_cfa_offset -8
+    popq    %rdx
+    .cfi_adjust_cfa_offset -8
+    popq    %rsi
+    .cfi_adjust_cfa_offset -8
+    popq    %rdi
+    .cfi_adjust_cfa_offset -8
+    jmp     *%r11
+    .cfi_endproc
+    .size   syscall, .-syscall
 
     .section .note.GNU-stack,"",%progbits   /* this object needs no executable stack */

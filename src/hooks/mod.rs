@@ -125,6 +125,8 @@
 mod dns;
 mod file;
 mod fortify;
+mod futex;
+mod futex_table;
 mod io;
 mod offloaded;
 mod poll;
@@ -187,6 +189,8 @@ unsafe extern "C" {
     /// (trampolines to `greenweave_hook_fcntl` and `greenweave_hook_ioctl`).
     fn fcntl(fd: libc::c_int, cmd: libc::c_int, ...) -> libc::c_int;
     fn ioctl(fd: libc::c_int, request: libc::c_ulong, ...) -> libc::c_int;
+    /// The variadic `syscall`, a trampoline that sends futex calls to `futex.rs`.
+    fn syscall(number: libc::c_long, ...) -> libc::c_long;
 }
 
 /// Makes sure the hooks are linked into the binary (see [`HOOKS`]); called when a runtime
@@ -196,4 +200,5 @@ pub(crate) fn keep_linked() {
     std::hint::black_box(&HOOKS);
     std::hint::black_box(fcntl as *const ());
     std::hint::black_box(ioctl as *const ());
+    std::hint::black_box(syscall as *const ());
 }

@@ -1187,12 +1187,25 @@ pub(crate) fn park_uninterruptible(what: &str, wait: Wait) {
 pub(crate) fn park_uninterruptible_with(
     what: &str,
     wait: Wait,
-    mut register: impl FnMut(&Rc<Task>, u64),
+    register: impl FnMut(&Rc<Task>, u64),
 ) {
+    park_uninterruptible_until(what, wait, None, register);
+}
+
+/// [`park_uninterruptible_with`] bounded by `deadline`: returns [`Wake::TimedOut`] once it
+/// passes, [`Wake::Cancelled`] for a cancellation (which stays requested, for the caller to
+/// raise later), else [`Wake::Notified`]. For waits inside C frames that no unwind may cross
+/// and that must honour their own timeout (the hooks' futex waits).
+#[cfg_attr(not(feature = "hooks"), allow(dead_code))]
+pub(crate) fn park_uninterruptible_until(
+    what: &str,
+    wait: Wait,
+    deadline: Option<Instant>,
+    mut register: impl FnMut(&Rc<Task>, u64),
+) -> Wake {
     let task = with_scheduler(what, |scheduler| scheduler.current_task_ref());
     if std::thread::panicking() {
-        wait_while_unwinding(what, wait, None);
-        return;
+        return wait_while_unwinding(what, wait, deadline);
     }
     // SAFETY: as in `park`: `run_task` holds the task's Rc until it suspends below.
     let task = ManuallyDrop::new(unsafe { Rc::from_raw(task) });
@@ -1201,12 +1214,12 @@ pub(crate) fn park_uninterruptible_with(
     register(&task, park);
     let request = ParkRequest {
         wait,
-        deadline: None,
+        deadline,
         io: None,
     };
     // As in `park`: the scheduler reads the request right after the switch.
     let request = NonNull::from(&request).cast::<ParkRequest<'static>>();
-    let _woken = suspend_to_scheduler(&task, Suspend::Park(request));
+    suspend_to_scheduler(&task, Suspend::Park(request))
 }
 
 /// What a park does when its green thread is unwinding (a destructor that waits, run during

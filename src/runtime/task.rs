@@ -59,6 +59,9 @@ pub(crate) enum Wait {
     /// thread, so another OS thread may end this wait (a send, a receive, the other end's
     /// drop).
     Shared(&'static str),
+    /// A futex word at this address (the `hooks` feature's `syscall(SYS_futex)`: a std or
+    /// parking_lot lock, condvar, `Once`, channel or `thread::park`): any OS thread may wake it.
+    Futex(usize),
 }
 
 /// What a parked `select` waits for, in one `Copy` word or two for the deadlock report: how
@@ -126,7 +129,7 @@ impl Wait {
         has_deadline
             || matches!(
                 self,
-                Wait::Sleep | Wait::Io { .. } | Wait::Remote(_) | Wait::Shared(_)
+                Wait::Sleep | Wait::Io { .. } | Wait::Remote(_) | Wait::Shared(_) | Wait::Futex(_)
             )
             || matches!(self, Wait::Select(select) if select.fds > 0 || select.other_threads)
     }
@@ -155,6 +158,11 @@ impl fmt::Display for Wait {
             Wait::Shared(what) => write!(
                 f,
                 "waiting on {what}, whose other end may be on another OS thread"
+            ),
+            Wait::Futex(address) => write!(
+                f,
+                "waiting on the futex at {address:#x} (a std or parking_lot lock, condvar, \
+                 channel or thread::park), which any OS thread may wake"
             ),
         }
     }

@@ -1,0 +1,580 @@
+//! Futex waits that park only the green thread: the hooked `syscall(SYS_futex, ...)`.
+//!
+//! Every lock, condvar, `Once`, channel and `thread::park` of std waits and wakes with
+//! `libc::syscall(SYS_futex, ...)`, and so do parking_lot and crossbeam. The binary's own
+//! `syscall` (`asm/hooks_<arch>.S`, a trampoline: `syscall` is variadic) sends every other
+//! system call number to libc's `syscall` with its registers untouched, a futex wake to libc's
+//! too while no green thread waits on any futex (one load and a branch), and the rest here.
+//!
+//! - `FUTEX_WAIT` / `FUTEX_WAIT_BITSET` from a green thread: the green thread is queued in the
+//!   process-wide futex table (`futex_table`) if the word still holds the expected value, and
+//!   parks until a wake takes it off the table, or its timeout (`ETIMEDOUT`). A cancellation
+//!   or a `time::timeout` scope that ends cannot unwind through std's C-ABI call: it wakes the
+//!   wait as a spurious wake-up (return 0), the caller re-checks its lock and, if it must wait
+//!   again, parks again, and the cancellation is raised at the next park in Rust code.
+//! - `FUTEX_WAKE` / `FUTEX_WAKE_BITSET` from any thread: wakes the green waiters on the address
+//!   first, oldest first, then the kernel's for what is left of the count.
+//! - `FUTEX_REQUEUE` / `FUTEX_CMP_REQUEUE` and `FUTEX_WAKE_OP`: the same for green waiters, then
+//!   the kernel's. Priority-inheritance operations go to the kernel unchanged: a green thread
+//!   waiting in one blocks its OS thread.
+//! - A non-private (process-shared) wait may be woken from another process, which this table
+//!   never sees: such a green wait also looks at the word every [`SHARED_RECHECK`] and returns
+//!   once it changed.
+//!
+//! Everywhere else (a plain OS thread, the scheduler, a green thread that is unwinding) every
+//! operation is the kernel's.
+//!
+//! # One parker per OS thread
+//!
+//! std's `thread::park` (and so std's mpsc receivers, and crates such as `reqwest::blocking`
+//! that wait with it) waits on one futex word per OS thread, the parker of its `Thread`, which
+//! every green thread of that OS thread shares: `EMPTY` (0), `PARKED` (-1), `NOTIFIED` (1), an
+//! unpark swapping in `NOTIFIED` and waking only if it found `PARKED`. Two green threads parked
+//! at once would drive it to -2 (the second's wait then fails at once, for ever) and lose
+//! unparks. The word's address is learnt once per OS thread (an empty `park_timeout` whose
+//! futex call is watched), and waits on it are kept sound this way: while green threads wait
+//! on it, the word is kept at `PARKED`, so any unpark wakes; a wake on it wakes *every* green
+//! thread waiting there (an unpark names the OS thread, not the green thread; `park` may
+//! return spuriously, and every caller re-checks); a woken waiter leaves with the word set to
+//! `NOTIFIED`, which its `park` consumes. One gap cannot be closed from outside std: an unpark
+//! that lands while another green thread of the OS thread has just taken its own wake-up is
+//! absorbed by it. So while two or more green threads of one OS thread wait there at once,
+//! each also re-checks every [`PARKER_RECHECK`]: a lost unpark costs at most that delay, never
+//! a hang. One green thread waiting alone is exact and costs nothing more.
+//! [`greenweave::sync::mpsc`](crate::sync::mpsc) and the runtime's own parking have none of
+//! this and are the better choice in code written for green threads.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use libc::{c_int, c_long, c_void, timespec};
+
+use super::futex_table::{self, Enqueued, Waiter};
+use crate::runtime::scheduler;
+use crate::runtime::task::{Wait, Wake};
+use crate::sys::fd_state::{errno, set_errno};
+
+const FUTEX_WAIT: c_int = 0;
+const FUTEX_WAKE: c_int = 1;
+const FUTEX_REQUEUE: c_int = 3;
+const FUTEX_CMP_REQUEUE: c_int = 4;
+const FUTEX_WAKE_OP: c_int = 5;
+const FUTEX_WAIT_BITSET: c_int = 9;
+const FUTEX_WAKE_BITSET: c_int = 10;
+/// The operation without its flags (`FUTEX_PRIVATE_FLAG`, `FUTEX_CLOCK_REALTIME`).
+const FUTEX_COMMAND_MASK: c_int = 0x7f;
+
+/// How often a green thread in a process-shared futex wait looks at the word, since a wake
+/// from another process reaches only the kernel.
+pub(super) const SHARED_RECHECK: Duration = Duration::from_millis(5);
+
+/// How often a green thread waiting on its OS thread's std parker re-checks while another
+/// green thread of that OS thread waits there too (see "One parker per OS thread").
+pub(super) const PARKER_RECHECK: Duration = Duration::from_millis(5);
+
+/// The parker's states (std's `thread_parking/futex.rs`), as the word's `u32`.
+const PARKER_NOTIFIED: u32 = 1;
+const PARKER_PARKED: u32 = u32::MAX;
+
+/// libc's `syscall`, the next definition after the binary's: the trampoline jumps to it for
+/// every call that is not ours. Resolved at load time (below), or by the trampoline on its
+/// first call if that comes earlier (`greenweave_resolve_real_syscall`).
+#[unsafe(no_mangle)]
+#[allow(non_upper_case_globals)] // the assembly names it; lower case as a C symbol
+pub static greenweave_real_syscall: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Looks up libc's `syscall` and remembers it; returns it. Called by the trampoline (with
+/// every argument register saved) when the address is not known yet, and at load time.
+#[unsafe(no_mangle)]
+pub extern "C" fn greenweave_resolve_real_syscall() -> *mut c_void {
+    // SAFETY: a NUL-terminated name; RTLD_NEXT is a pseudo-handle dlsym accepts.
+    let address = unsafe { libc::dlsym(libc::RTLD_NEXT, c"syscall".as_ptr()) };
+    if address.is_null() {
+        let message = b"greenweave hooks: dlsym(RTLD_NEXT, \"syscall\") found no libc syscall \
+                        after greenweave's (is the binary static?)\n";
+        // SAFETY: a live buffer to stderr, through libc's own write (not a hook).
+        unsafe { crate::sys::real::write(2, message.as_ptr().cast(), message.len()) };
+        std::process::abort();
+    }
+    greenweave_real_syscall.store(address, Ordering::Release);
+    address
+}
+
+extern "C" fn resolve_at_load() {
+    greenweave_resolve_real_syscall();
+}
+
+/// Runs `resolve_at_load` as a constructor of the binary (before `main`).
+#[used]
+#[unsafe(link_section = ".init_array")]
+static RESOLVE_AT_LOAD: extern "C" fn() = resolve_at_load;
+
+/// The kernel's futex call, through libc's `syscall`.
+///
+/// # Safety
+/// That of the futex operation: the pointers are what `op` expects.
+unsafe fn kernel_futex(
+    word: usize,
+    op: c_int,
+    value: u32,
+    timeout_or_value2: usize,
+    word2: usize,
+    value3: u32,
+) -> c_long {
+    let mut address = greenweave_real_syscall.load(Ordering::Acquire);
+    if address.is_null() {
+        address = greenweave_resolve_real_syscall();
+    }
+    // SAFETY: the address is libc's `long syscall(long number, ...)`.
+    let syscall: unsafe extern "C" fn(c_long, ...) -> c_long =
+        unsafe { std::mem::transmute::<*mut c_void, _>(address) };
+    // SAFETY: the caller upholds the operation's contract.
+    unsafe {
+        syscall(
+            libc::SYS_futex,
+            word,
+            op,
+            value,
+            timeout_or_value2,
+            word2,
+            value3,
+        )
+    }
+}
+
+/// `syscall(SYS_futex, word, op, value, timeout, word2, value3)`, reached from the `syscall`
+/// trampoline for futex waits (from any thread) and for other futex operations while a green
+/// thread waits on some futex. Arguments come as full registers: the variadic caller leaves
+/// the upper half of an `int` unspecified, so each is narrowed to the width the kernel reads.
+///
+/// # Safety
+/// That of the futex system call.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn greenweave_hook_futex(
+    word: usize,
+    op: usize,
+    value: usize,
+    timeout_or_value2: usize,
+    word2: usize,
+    value3: usize,
+) -> c_long {
+    let op = op as c_int;
+    let value = value as u32;
+    let value3 = value3 as u32;
+    // SAFETY (every call below): the caller's contract is the futex call's, passed on.
+    let pass_on = || unsafe { kernel_futex(word, op, value, timeout_or_value2, word2, value3) };
+    if PARKER.get() == DISCOVERING {
+        // `this_threads_parker`'s own `park_timeout`: learn the word, let the kernel wait.
+        PARKER.set(word);
+        return pass_on();
+    }
+    match op & FUTEX_COMMAND_MASK {
+        FUTEX_WAIT | FUTEX_WAIT_BITSET if scheduler::can_park_here() => {
+            let bitset = if op & FUTEX_COMMAND_MASK == FUTEX_WAIT {
+                u32::MAX
+            } else {
+                value3
+            };
+            // SAFETY: the caller passes a valid word and timeout pointer, as for the kernel.
+            unsafe {
+                wait(
+                    word,
+                    op,
+                    value,
+                    timeout_or_value2 as *const timespec,
+                    bitset,
+                )
+            }
+        }
+        FUTEX_WAKE | FUTEX_WAKE_BITSET => {
+            let bitset = if op & FUTEX_COMMAND_MASK == FUTEX_WAKE {
+                u32::MAX
+            } else {
+                value3
+            };
+            if bitset == 0 {
+                return pass_on(); // the kernel's EINVAL
+            }
+            let green = futex_table::wake(word, bitset, count(value));
+            with_kernel_count(green, value, |left| unsafe {
+                kernel_futex(word, op, left, timeout_or_value2, word2, value3)
+            })
+        }
+        FUTEX_REQUEUE | FUTEX_CMP_REQUEUE if futex_table::any_green_waiter() => {
+            // SAFETY: the caller's words, as for the kernel.
+            unsafe { requeue(word, op, value, timeout_or_value2, word2, value3) }
+        }
+        FUTEX_WAKE_OP if futex_table::any_green_waiter() => {
+            // SAFETY: the caller's words, as for the kernel.
+            unsafe { wake_op(word, op, value, timeout_or_value2, word2, value3) }
+        }
+        _ => pass_on(),
+    }
+}
+
+/// A wake count as the kernel reads it (an `int`; negative counts wake nobody here).
+fn count(value: u32) -> usize {
+    usize::try_from(value as i32).unwrap_or(0)
+}
+
+/// Adds the kernel's part of a wake to the `green` waiters already woken: the kernel is asked
+/// for what is left of `requested` (if anything), and the total returned as the kernel would.
+fn with_kernel_count(green: usize, requested: u32, kernel: impl FnOnce(u32) -> c_long) -> c_long {
+    let left = count(requested).saturating_sub(green);
+    if left == 0 && green > 0 {
+        return green as c_long;
+    }
+    match kernel(u32::try_from(left).unwrap_or(u32::MAX)) {
+        -1 if green > 0 => green as c_long,
+        -1 => -1,
+        woken => woken + green as c_long,
+    }
+}
+
+/// What a futex word's address is read as.
+///
+/// # Safety
+/// `word` is the address of a live, aligned `u32` (the futex contract).
+unsafe fn word_at<'a>(word: usize) -> &'a AtomicU32 {
+    // SAFETY: the caller's contract; the kernel reads the word atomically too.
+    unsafe { &*(word as *const AtomicU32) }
+}
+
+/// A green thread's futex wait.
+///
+/// # Safety
+/// `word` is a live futex word; `timeout` is null or a live timespec.
+unsafe fn wait(
+    word: usize,
+    op: c_int,
+    expected: u32,
+    timeout: *const timespec,
+    bitset: u32,
+) -> c_long {
+    if bitset == 0 || word % 4 != 0 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    // SAFETY: the caller's contract: `timeout` is null or live.
+    let deadline = match unsafe { deadline_of(op, timeout) } {
+        Ok(deadline) => deadline,
+        Err(error) => {
+            set_errno(error);
+            return -1;
+        }
+    };
+    if deadline.is_some_and(|deadline| deadline <= Instant::now()) {
+        // An expired timeout: the kernel still checks the value first.
+        // SAFETY: the caller's contract.
+        let current = unsafe { word_at(word) }.load(Ordering::SeqCst);
+        set_errno(if current == expected {
+            libc::ETIMEDOUT
+        } else {
+            libc::EAGAIN
+        });
+        return -1;
+    }
+    if word == this_threads_parker() {
+        // SAFETY: as above.
+        return unsafe { wait_on_parker(word, deadline) };
+    }
+    let shared = op & libc::FUTEX_PRIVATE_FLAG == 0;
+    let waiter = Waiter::for_current_green_thread(word, bitset, false);
+    // SAFETY: the caller's contract.
+    let still_expected = || unsafe { word_at(word) }.load(Ordering::SeqCst) == expected;
+    if let Enqueued::ValueChanged = futex_table::enqueue(&waiter, still_expected, |_| {}) {
+        set_errno(libc::EAGAIN);
+        return -1;
+    }
+    loop {
+        let recheck = shared.then(|| Instant::now() + SHARED_RECHECK);
+        let park_deadline = earliest(deadline, recheck);
+        let wake = scheduler::park_uninterruptible_until(
+            "a futex wait (hooked)",
+            Wait::Futex(word),
+            park_deadline,
+            |_, _| {},
+        );
+        if waiter.is_woken() {
+            return 0;
+        }
+        let timed_out = deadline.is_some_and(|deadline| Instant::now() >= deadline);
+        let shared_changed = shared && wake == Wake::TimedOut && !timed_out && !still_expected();
+        if wake == Wake::TimedOut && !timed_out && !shared_changed {
+            continue; // a re-check of a shared word that still holds the value
+        }
+        // Timed out, interrupted, the shared word changed, or a spurious wake-up: leave the
+        // table, unless a waker took the waiter off first (then this was its wake-up).
+        if !futex_table::withdraw(&waiter) {
+            return 0;
+        }
+        if timed_out {
+            set_errno(libc::ETIMEDOUT);
+            return -1;
+        }
+        return 0;
+    }
+}
+
+/// The earlier of two optional deadlines.
+fn earliest(first: Option<Instant>, second: Option<Instant>) -> Option<Instant> {
+    match (first, second) {
+        (Some(first), Some(second)) => Some(first.min(second)),
+        (first, None) => first,
+        (None, second) => second,
+    }
+}
+
+/// The deadline of a wait's timeout: relative for `FUTEX_WAIT`, absolute for
+/// `FUTEX_WAIT_BITSET` (on `CLOCK_MONOTONIC`, or `CLOCK_REALTIME` with
+/// `FUTEX_CLOCK_REALTIME`); `Err(errno)` for a timespec the kernel refuses.
+///
+/// # Safety
+/// `timeout` is null or a live timespec.
+unsafe fn deadline_of(op: c_int, timeout: *const timespec) -> Result<Option<Instant>, c_int> {
+    if timeout.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: the caller's contract.
+    let timeout = unsafe { *timeout };
+    if timeout.tv_sec < 0 || !(0..1_000_000_000).contains(&timeout.tv_nsec) {
+        return Err(libc::EINVAL);
+    }
+    let given = Duration::new(timeout.tv_sec as u64, timeout.tv_nsec as u32);
+    let now = Instant::now();
+    if op & FUTEX_COMMAND_MASK == FUTEX_WAIT {
+        return Ok(Some(now.checked_add(given).unwrap_or(now + FAR_FUTURE)));
+    }
+    let clock = if op & libc::FUTEX_CLOCK_REALTIME != 0 {
+        libc::CLOCK_REALTIME
+    } else {
+        libc::CLOCK_MONOTONIC
+    };
+    let mut clock_now = timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a live timespec to fill.
+    unsafe { libc::clock_gettime(clock, &mut clock_now) };
+    let clock_now = Duration::new(clock_now.tv_sec as u64, clock_now.tv_nsec as u32);
+    let left = given.saturating_sub(clock_now);
+    Ok(Some(now.checked_add(left).unwrap_or(now + FAR_FUTURE)))
+}
+
+/// A deadline that stands for "never" when a timeout overflows `Instant`.
+const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `FUTEX_REQUEUE` / `FUTEX_CMP_REQUEUE` while green threads wait somewhere: the green waiters
+/// first, then the kernel's for what is left.
+///
+/// # Safety
+/// The futex contract: `word` and `word2` are live futex words.
+unsafe fn requeue(
+    word: usize,
+    op: c_int,
+    wake_count: u32,
+    move_count: usize,
+    word2: usize,
+    compare: u32,
+) -> c_long {
+    let compares = op & FUTEX_COMMAND_MASK == FUTEX_CMP_REQUEUE;
+    let move_count_int = move_count as u32;
+    // SAFETY: the caller's contract.
+    let still_expected = || !compares || unsafe { word_at(word) }.load(Ordering::SeqCst) == compare;
+    let Some(green) = futex_table::requeue(
+        word,
+        word2,
+        count(wake_count),
+        count(move_count_int),
+        still_expected,
+    ) else {
+        set_errno(libc::EAGAIN);
+        return -1;
+    };
+    let wake_left = count(wake_count).saturating_sub(green.woken);
+    let move_left = count(move_count_int).saturating_sub(green.moved);
+    // SAFETY: the caller's contract, with smaller counts.
+    let kernel = unsafe { kernel_futex(word, op, wake_left as u32, move_left, word2, compare) };
+    let green_total = if compares {
+        green.woken + green.moved
+    } else {
+        green.woken
+    };
+    match kernel {
+        -1 if green_total > 0 || errno() == libc::EAGAIN && green.woken > 0 => {
+            green_total as c_long
+        }
+        -1 => -1,
+        kernel => kernel + green_total as c_long,
+    }
+}
+
+/// `FUTEX_WAKE_OP` while green threads wait somewhere: the operation on `word2` is made here
+/// (atomically, as the kernel would), then the waiters of `word` are woken, and those of
+/// `word2` if the comparison with its old value holds; green waiters first each time, then the
+/// kernel's with a plain wake.
+///
+/// # Safety
+/// The futex contract: `word` and `word2` are live futex words.
+unsafe fn wake_op(
+    word: usize,
+    op: c_int,
+    wake_count: u32,
+    wake_count2: usize,
+    word2: usize,
+    encoded: u32,
+) -> c_long {
+    let private = op & libc::FUTEX_PRIVATE_FLAG;
+    let operation = (encoded >> 28) & 0x7;
+    let shift = (encoded >> 28) & 0x8 != 0;
+    let comparison = (encoded >> 24) & 0xf;
+    let sign_extend = |field: u32| ((field << 20) as i32 >> 20) as u32;
+    let mut argument = sign_extend((encoded >> 12) & 0xfff);
+    let compare_with = sign_extend(encoded & 0xfff);
+    if shift {
+        if argument > 31 {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        argument = 1 << argument;
+    }
+    if operation > 4 || comparison > 5 {
+        set_errno(libc::ENOSYS);
+        return -1;
+    }
+    // SAFETY: the caller's contract.
+    let target = unsafe { word_at(word2) };
+    let old = target
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |old| {
+            Some(match operation {
+                0 => argument,
+                1 => old.wrapping_add(argument),
+                2 => old | argument,
+                3 => old & !argument,
+                _ => old ^ argument,
+            })
+        })
+        .unwrap_or_else(|old| old);
+    let (old, compare_with) = (old as i32, compare_with as i32);
+    let holds = match comparison {
+        0 => old == compare_with,
+        1 => old != compare_with,
+        2 => old < compare_with,
+        3 => old <= compare_with,
+        4 => old > compare_with,
+        _ => old >= compare_with,
+    };
+    let plain_wake = |address: usize, count: u32| {
+        let green = futex_table::wake(address, u32::MAX, self::count(count));
+        // SAFETY: the caller's word, a plain wake.
+        with_kernel_count(green, count, |left| unsafe {
+            kernel_futex(address, FUTEX_WAKE | private, left, 0, 0, 0)
+        })
+        .max(0)
+    };
+    let mut woken = plain_wake(word, wake_count);
+    if holds {
+        woken += plain_wake(word2, wake_count2 as u32);
+    }
+    woken
+}
+
+thread_local! {
+    /// The address of this OS thread's std parker word: 0 until learnt, [`DISCOVERING`] while
+    /// being learnt, [`NO_PARKER`] if it could not be.
+    static PARKER: Cell<usize> = const { Cell::new(0) };
+}
+
+/// [`PARKER`] while `this_threads_parker` watches for the futex call of its `park_timeout`.
+const DISCOVERING: usize = 1;
+/// [`PARKER`] when no futex call was seen (a std whose parker is not a futex word).
+const NO_PARKER: usize = 2;
+
+/// The address of this OS thread's std parker word, learnt on the first call: a
+/// `park_timeout` with an empty token waits on exactly that word, with a futex call the hook
+/// sees (`greenweave_hook_futex` records the address while [`DISCOVERING`]). If an unpark
+/// token was pending, the first `park_timeout` takes it without a futex call; then a second
+/// one is made. An unpark is given afterwards in any case, so no token is lost (a spurious
+/// return from `park` is allowed).
+fn this_threads_parker() -> usize {
+    let known = PARKER.get();
+    if known != 0 {
+        return known;
+    }
+    for _ in 0..2 {
+        PARKER.set(DISCOVERING);
+        std::thread::park_timeout(Duration::from_nanos(1));
+        if PARKER.get() != DISCOVERING {
+            break;
+        }
+    }
+    if PARKER.get() == DISCOVERING {
+        PARKER.set(NO_PARKER);
+    }
+    std::thread::current().unpark();
+    PARKER.get()
+}
+
+thread_local! {
+    /// How many green threads of this OS thread wait on its parker now.
+    static PARKER_WAITERS: Cell<usize> = const { Cell::new(0) };
+}
+
+/// A green thread's wait on its OS thread's std parker (see "One parker per OS thread"):
+/// std's `park` has already moved the word towards `PARKED`; a `NOTIFIED` word means an
+/// unpark is there to take.
+///
+/// # Safety
+/// `word` is this OS thread's parker word.
+unsafe fn wait_on_parker(word: usize, deadline: Option<Instant>) -> c_long {
+    // SAFETY: the caller's contract.
+    let state = unsafe { word_at(word) };
+    let waiter = Waiter::for_current_green_thread(word, u32::MAX, true);
+    let crowded = PARKER_WAITERS.get() > 0;
+    waiter
+        .rechecks
+        .store(crowded, std::sync::atomic::Ordering::Relaxed);
+    // Under the bucket's lock: take an unpark that is there, else make the word PARKED (from
+    // EMPTY after another green thread took a wake-up, or from -2 after a second `park`).
+    let still_waits = || loop {
+        let current = state.load(Ordering::SeqCst);
+        if current == PARKER_NOTIFIED {
+            return false;
+        }
+        if current == PARKER_PARKED
+            || state
+                .compare_exchange(current, PARKER_PARKED, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        {
+            return true;
+        }
+    };
+    if let Enqueued::ValueChanged = futex_table::enqueue(&waiter, still_waits, |_| {}) {
+        set_errno(libc::EAGAIN);
+        return -1;
+    }
+    PARKER_WAITERS.set(PARKER_WAITERS.get() + 1);
+    if crowded {
+        // Those already parked without a re-check deadline come back and take one.
+        futex_table::wake_unbounded_parker_waiters(word);
+    }
+    let park_deadline = earliest(deadline, crowded.then(|| Instant::now() + PARKER_RECHECK));
+    let wake = scheduler::park_uninterruptible_until(
+        "std::thread::park (hooked futex)",
+        Wait::Futex(word),
+        park_deadline,
+        |_, _| {},
+    );
+    PARKER_WAITERS.set(PARKER_WAITERS.get() - 1);
+    let woken = waiter.is_woken() || !futex_table::withdraw(&waiter);
+    let timed_out = deadline.is_some_and(|deadline| Instant::now() >= deadline);
+    if !woken && timed_out && wake == Wake::TimedOut {
+        set_errno(libc::ETIMEDOUT);
+        return -1;
+    }
+    // Woken, re-checking, or interrupted: leave with a token, which `park` takes and returns
+    // (spuriously, if nothing was meant for this green thread: the caller re-checks).
+    state.store(PARKER_NOTIFIED, Ordering::SeqCst);
+    0
+}

@@ -1,0 +1,594 @@
+//! The `hooks` feature's futex: std's and parking_lot's locks, condvars, `Once`, channels and
+//! `thread::park`, all of which wait and wake with `syscall(SYS_futex, ...)`, park only their
+//! green thread, and a wake from anywhere (another green thread, a plain OS thread, another
+//! runtime) reaches it.
+//!
+//! Every test runs on one OS thread unless it says otherwise, so the order of events is the
+//! proof: if a futex wait blocked the OS thread, no other green thread could run while it
+//! waited, and the heartbeat's tick could not come between the wait and its end (the test
+//! would hang instead). No test depends on how long anything takes.
+#![cfg(feature = "hooks")]
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Condvar, LazyLock, Mutex, OnceLock, mpsc};
+use std::time::Duration;
+
+use greenweave::thread::yield_now;
+
+/// What happened, in order, as the green threads of one runtime saw it.
+#[derive(Clone, Default)]
+struct Log(Rc<RefCell<Vec<String>>>);
+
+impl Log {
+    fn push(&self, event: impl Into<String>) {
+        self.0.borrow_mut().push(event.into());
+    }
+    fn contains(&self, event: &str) -> bool {
+        self.0.borrow().iter().any(|seen| seen == event)
+    }
+    fn events(&self) -> Vec<String> {
+        self.0.borrow().clone()
+    }
+    /// Yields until `event` is logged, then a few more times, so that whoever logged it has
+    /// gone on into the wait that follows (a green thread runs until it parks).
+    fn wait_for(&self, event: &str) {
+        while !self.contains(event) {
+            yield_now();
+        }
+        for _ in 0..3 {
+            yield_now();
+        }
+    }
+}
+
+fn position(events: &[String], event: &str) -> usize {
+    events
+        .iter()
+        .position(|seen| seen == event)
+        .unwrap_or_else(|| panic!("{event:?} never happened: {events:?}"))
+}
+
+#[test]
+fn a_std_mutex_held_across_a_park_parks_the_next_locker_while_others_run() {
+    greenweave::run(|| {
+        let lock = Arc::new(Mutex::new(0));
+        let log = Log::default();
+        let (go, went) = greenweave::sync::mpsc::channel::<()>();
+        let holder = greenweave::spawn({
+            let (lock, log) = (lock.clone(), log.clone());
+            move || {
+                let mut guard = lock.lock().unwrap();
+                log.push("held");
+                went.recv().unwrap(); // parks, holding the std lock
+                *guard += 1;
+                log.push("released");
+            }
+        });
+        let locker = greenweave::spawn({
+            let (lock, log) = (lock.clone(), log.clone());
+            move || {
+                log.wait_for("held");
+                log.push("locking");
+                let mut guard = lock.lock().unwrap(); // a futex wait: parks
+                *guard += 10;
+                log.push("locked");
+            }
+        });
+        log.wait_for("locking");
+        log.push("tick");
+        go.send(()).unwrap();
+        holder.join().unwrap();
+        locker.join().unwrap();
+        assert_eq!(
+            log.events(),
+            ["held", "locking", "tick", "released", "locked"]
+        );
+        assert_eq!(*lock.lock().unwrap(), 11);
+    });
+}
+
+#[test]
+fn std_mpsc_recv_parks_until_another_green_thread_sends() {
+    greenweave::run(|| {
+        let (sender, receiver) = mpsc::channel::<u32>();
+        let log = Log::default();
+        let receiving = greenweave::spawn({
+            let log = log.clone();
+            move || {
+                log.push("receiving");
+                let value = receiver.recv().unwrap();
+                log.push(format!("received {value}"));
+                receiver.recv().unwrap_err(); // the sender is gone: disconnected
+            }
+        });
+        log.wait_for("receiving");
+        log.push("tick");
+        sender.send(42).unwrap();
+        drop(sender);
+        receiving.join().unwrap();
+        assert_eq!(log.events(), ["receiving", "tick", "received 42"]);
+    });
+}
+
+#[test]
+fn two_green_threads_each_waiting_on_its_own_std_channel_both_receive_every_value() {
+    // Both wait in std's thread::park, on the one parker of their OS thread.
+    const ROUNDS: u32 = 200;
+    greenweave::run(|| {
+        let (to_first, first) = mpsc::channel::<u32>();
+        let (to_second, second) = mpsc::channel::<u32>();
+        let receivers: Vec<_> = [first, second]
+            .into_iter()
+            .map(|receiver| {
+                greenweave::spawn(move || receiver.iter().take(ROUNDS as usize).sum::<u32>())
+            })
+            .collect();
+        // One sender is a plain OS thread, the other a green thread; they interleave as they
+        // please, and every unpark must reach its receiver.
+        let os_thread = std::thread::spawn(move || {
+            for value in 0..ROUNDS {
+                to_first.send(value).unwrap();
+                if value % 16 == 0 {
+                    std::thread::yield_now();
+                }
+            }
+        });
+        let green = greenweave::spawn(move || {
+            for value in 0..ROUNDS {
+                to_second.send(value * 2).unwrap();
+                yield_now();
+            }
+        });
+        let sums: Vec<u32> = receivers.into_iter().map(|r| r.join().unwrap()).collect();
+        green.join().unwrap();
+        os_thread.join().unwrap();
+        let expected: u32 = (0..ROUNDS).sum();
+        assert_eq!(sums, [expected, expected * 2]);
+    });
+}
+
+#[test]
+fn std_thread_park_in_a_green_thread_is_ended_by_unpark_from_a_green_thread_and_an_os_thread() {
+    greenweave::run(|| {
+        let flag = Arc::new(AtomicUsize::new(0));
+        let log = Log::default();
+        let parked = greenweave::spawn({
+            let (flag, log) = (flag.clone(), log.clone());
+            move || {
+                let me = std::thread::current();
+                for round in 1..=2 {
+                    log.push(format!("parking {round}"));
+                    while flag.load(Ordering::Acquire) < round {
+                        std::thread::park();
+                    }
+                    log.push(format!("unparked {round}"));
+                }
+                me.id()
+            }
+        });
+        log.wait_for("parking 1");
+        log.push("tick");
+        flag.store(1, Ordering::Release);
+        std::thread::current().unpark(); // same OS thread, another green thread
+        log.wait_for("parking 2");
+        let thread = std::thread::current();
+        let flag_for_os_thread = flag.clone();
+        std::thread::spawn(move || {
+            flag_for_os_thread.store(2, Ordering::Release);
+            thread.unpark();
+        })
+        .join()
+        .unwrap();
+        assert_eq!(parked.join().unwrap(), std::thread::current().id());
+        assert_eq!(
+            log.events(),
+            ["parking 1", "tick", "unparked 1", "parking 2", "unparked 2"]
+        );
+    });
+}
+
+#[test]
+fn a_std_condvar_wait_parks_and_notify_from_a_green_thread_ends_it() {
+    greenweave::run(|| {
+        let pair = Arc::new((Mutex::new(false), Condvar::new()));
+        let log = Log::default();
+        let waiter = greenweave::spawn({
+            let (pair, log) = (pair.clone(), log.clone());
+            move || {
+                let (lock, ready) = &*pair;
+                let mut done = lock.lock().unwrap();
+                log.push("waiting");
+                while !*done {
+                    done = ready.wait(done).unwrap();
+                }
+                log.push("notified");
+            }
+        });
+        log.wait_for("waiting");
+        log.push("tick");
+        *pair.0.lock().unwrap() = true;
+        pair.1.notify_one();
+        waiter.join().unwrap();
+        assert_eq!(log.events(), ["waiting", "tick", "notified"]);
+    });
+}
+
+#[test]
+fn a_green_thread_waiting_on_a_std_condvar_is_woken_by_a_plain_os_thread() {
+    greenweave::run(|| {
+        let pair = Arc::new((Mutex::new(0u32), Condvar::new()));
+        let ticks = Rc::new(RefCell::new(0u32));
+        let heartbeat = greenweave::spawn({
+            let (pair, ticks) = (pair.clone(), ticks.clone());
+            move || {
+                // Ticks until the value arrives: runs only while the waiter is parked.
+                while *pair.0.lock().unwrap() == 0 {
+                    *ticks.borrow_mut() += 1;
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        });
+        let notifier = {
+            let pair = pair.clone();
+            std::thread::spawn(move || {
+                let (lock, ready) = &*pair;
+                // Waits until the green thread waits (its wait releases the lock).
+                std::thread::sleep(Duration::from_millis(20));
+                *lock.lock().unwrap() = 7;
+                ready.notify_all();
+            })
+        };
+        let (lock, ready) = &*pair;
+        let value = *ready.wait_while(lock.lock().unwrap(), |v| *v == 0).unwrap();
+        assert_eq!(value, 7);
+        notifier.join().unwrap();
+        heartbeat.join().unwrap();
+        assert!(*ticks.borrow() > 0, "the heartbeat never ran while the waiter waited");
+    });
+}
+
+#[test]
+fn once_lock_and_lazy_lock_initialised_by_a_parked_green_thread_park_the_others() {
+    static LAZY: LazyLock<u32> = LazyLock::new(|| {
+        std::thread::sleep(Duration::from_millis(10)); // hooked: parks inside the init
+        5
+    });
+    greenweave::run(|| {
+        let cell = Arc::new(OnceLock::new());
+        let log = Log::default();
+        let (go, went) = greenweave::sync::mpsc::channel::<()>();
+        let initialiser = greenweave::spawn({
+            let (cell, log) = (cell.clone(), log.clone());
+            move || {
+                *cell.get_or_init(|| {
+                    log.push("initialising");
+                    went.recv().unwrap(); // parks inside the initialiser
+                    1
+                })
+            }
+        });
+        let reader = greenweave::spawn({
+            let (cell, log) = (cell.clone(), log.clone());
+            move || {
+                log.wait_for("initialising");
+                log.push("reading");
+                *cell.get_or_init(|| 2) // waits on the Once's futex
+            }
+        });
+        log.wait_for("reading");
+        log.push("tick");
+        go.send(()).unwrap();
+        assert_eq!(initialiser.join().unwrap(), 1);
+        assert_eq!(reader.join().unwrap(), 1);
+        assert_eq!(log.events(), ["initialising", "reading", "tick"]);
+        let lazies: Vec<_> = (0..3).map(|_| greenweave::spawn(|| *LAZY)).collect();
+        for lazy in lazies {
+            assert_eq!(lazy.join().unwrap(), 5);
+        }
+    });
+}
+
+#[test]
+fn a_std_barrier_between_green_threads_releases_them_all_with_one_leader() {
+    const THREADS: usize = 5;
+    greenweave::run(|| {
+        let barrier = Arc::new(Barrier::new(THREADS));
+        let log = Log::default();
+        let waiters: Vec<_> = (0..THREADS)
+            .map(|index| {
+                let (barrier, log) = (barrier.clone(), log.clone());
+                greenweave::spawn(move || {
+                    log.push(format!("before {index}"));
+                    let leader = barrier.wait().is_leader();
+                    log.push(format!("after {index}"));
+                    leader
+                })
+            })
+            .collect();
+        let leaders = waiters
+            .into_iter()
+            .map(|waiter| waiter.join().unwrap())
+            .filter(|&leader| leader)
+            .count();
+        assert_eq!(leaders, 1);
+        let events = log.events();
+        let last_before = (0..THREADS)
+            .map(|index| position(&events, &format!("before {index}")))
+            .max()
+            .unwrap();
+        let first_after = (0..THREADS)
+            .map(|index| position(&events, &format!("after {index}")))
+            .min()
+            .unwrap();
+        assert!(last_before < first_after, "{events:?}");
+    });
+}
+
+#[test]
+fn parking_lot_mutex_held_across_a_park_parks_the_next_locker() {
+    greenweave::run(|| {
+        let lock = Arc::new(parking_lot::Mutex::new(0));
+        let log = Log::default();
+        let (go, went) = greenweave::sync::mpsc::channel::<()>();
+        let holder = greenweave::spawn({
+            let (lock, log) = (lock.clone(), log.clone());
+            move || {
+                let mut guard = lock.lock();
+                log.push("held");
+                went.recv().unwrap();
+                *guard += 1;
+            }
+        });
+        let locker = greenweave::spawn({
+            let (lock, log) = (lock.clone(), log.clone());
+            move || {
+                log.wait_for("held");
+                log.push("locking");
+                *lock.lock() += 10;
+                log.push("locked");
+            }
+        });
+        log.wait_for("locking");
+        log.push("tick");
+        go.send(()).unwrap();
+        holder.join().unwrap();
+        locker.join().unwrap();
+        assert_eq!(log.events(), ["held", "locking", "tick", "locked"]);
+        assert_eq!(*lock.lock(), 11);
+    });
+}
+
+#[test]
+fn timed_std_waits_time_out_in_green_threads_while_others_run() {
+    greenweave::run(|| {
+        let log = Log::default();
+        let heartbeat = greenweave::spawn({
+            let log = log.clone();
+            move || {
+                while !log.contains("timed out twice") {
+                    log.push("tick");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        });
+        let (_sender, receiver) = mpsc::channel::<()>();
+        assert_eq!(
+            receiver.recv_timeout(Duration::from_millis(20)),
+            Err(mpsc::RecvTimeoutError::Timeout)
+        );
+        let pair = (Mutex::new(()), Condvar::new());
+        let (_guard, result) = pair
+            .1
+            .wait_timeout(pair.0.lock().unwrap(), Duration::from_millis(20))
+            .unwrap();
+        assert!(result.timed_out());
+        log.push("timed out twice");
+        heartbeat.join().unwrap();
+        assert!(log.events().iter().filter(|event| *event == "tick").count() >= 2);
+    });
+}
+
+// The raw system call, as std and parking_lot make it.
+
+fn futex(word: &AtomicU32, op: i32, value: u32, timeout: *const libc::timespec) -> (i64, i32) {
+    // SAFETY: a live word; the timeout is null or live.
+    let result = unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            op,
+            value,
+            timeout,
+            std::ptr::null::<u32>(),
+            0u32,
+        )
+    };
+    (
+        result,
+        if result == -1 {
+            std::io::Error::last_os_error().raw_os_error().unwrap()
+        } else {
+            0
+        },
+    )
+}
+
+const WAIT: i32 = libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG;
+const WAKE: i32 = libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG;
+
+#[test]
+fn raw_futex_waiters_are_woken_oldest_first_and_wake_counts_them() {
+    greenweave::run(|| {
+        let word = Arc::new(AtomicU32::new(0));
+        let order = Log::default();
+        let waiters: Vec<_> = (0..3)
+            .map(|index| {
+                let (word, order) = (word.clone(), order.clone());
+                greenweave::spawn(move || {
+                    order.push(format!("waiting {index}"));
+                    assert_eq!(futex(&word, WAIT, 0, std::ptr::null()), (0, 0));
+                    order.push(format!("woken {index}"));
+                })
+            })
+            .collect();
+        order.wait_for("waiting 2");
+        assert_eq!(futex(&word, WAKE, 1, std::ptr::null()).0, 1);
+        order.wait_for("woken 0");
+        assert_eq!(futex(&word, WAKE, i32::MAX as u32, std::ptr::null()).0, 2);
+        for waiter in waiters {
+            waiter.join().unwrap();
+        }
+        assert_eq!(futex(&word, WAKE, 1, std::ptr::null()).0, 0);
+        let events = order.events();
+        assert!(position(&events, "woken 0") < position(&events, "woken 1"));
+        assert!(position(&events, "woken 1") < position(&events, "woken 2"));
+    });
+}
+
+#[test]
+fn raw_futex_wait_is_eagain_on_a_changed_word_and_etimedout_at_its_timeout() {
+    greenweave::run(|| {
+        let word = AtomicU32::new(1);
+        assert_eq!(
+            futex(&word, WAIT, 0, std::ptr::null()),
+            (-1, libc::EAGAIN)
+        );
+        let timeout = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 5_000_000,
+        };
+        let ticker = greenweave::spawn(|| yield_now());
+        assert_eq!(futex(&word, WAIT, 1, &timeout), (-1, libc::ETIMEDOUT));
+        assert!(ticker.is_finished(), "the other green thread ran meanwhile");
+        let bad = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 2_000_000_000,
+        };
+        assert_eq!(futex(&word, WAIT, 1, &bad), (-1, libc::EINVAL));
+    });
+}
+
+#[test]
+fn a_green_futex_waiter_is_woken_by_another_runtime_on_another_os_thread() {
+    let word = Arc::new(AtomicU32::new(0));
+    let waiting = Arc::new(AtomicBool::new(false));
+    let other_runtime = std::thread::spawn({
+        let (word, waiting) = (word.clone(), waiting.clone());
+        move || {
+            greenweave::run(move || {
+                // Waits for the first runtime's green thread to be on the table.
+                while !waiting.load(Ordering::Acquire) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                std::thread::sleep(Duration::from_millis(5));
+                word.store(1, Ordering::Release);
+                futex(&word, WAKE, 1, std::ptr::null()).0
+            })
+        }
+    });
+    greenweave::run(|| {
+        waiting.store(true, Ordering::Release);
+        while word.load(Ordering::Acquire) == 0 {
+            futex(&word, WAIT, 0, std::ptr::null());
+        }
+    });
+    assert!(other_runtime.join().unwrap() <= 1);
+}
+
+#[test]
+fn cmp_requeue_moves_green_waiters_to_the_second_word() {
+    greenweave::run(|| {
+        let first = Arc::new(AtomicU32::new(0));
+        let second = Arc::new(AtomicU32::new(0));
+        let log = Log::default();
+        let waiters: Vec<_> = (0..3)
+            .map(|index| {
+                let (first, log) = (first.clone(), log.clone());
+                greenweave::spawn(move || {
+                    log.push(format!("waiting {index}"));
+                    futex(&first, WAIT, 0, std::ptr::null());
+                    log.push(format!("woken {index}"));
+                })
+            })
+            .collect();
+        log.wait_for("waiting 2");
+        // Wake one, move the other two to `second`.
+        // SAFETY: two live words.
+        let moved = unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                first.as_ptr(),
+                libc::FUTEX_CMP_REQUEUE | libc::FUTEX_PRIVATE_FLAG,
+                1u32,
+                2usize,
+                second.as_ptr(),
+                0u32,
+            )
+        };
+        assert_eq!(moved, 3);
+        log.wait_for("woken 0");
+        assert_eq!(futex(&first, WAKE, 10, std::ptr::null()).0, 0);
+        assert_eq!(futex(&second, WAKE, 10, std::ptr::null()).0, 2);
+        for waiter in waiters {
+            waiter.join().unwrap();
+        }
+    });
+}
+
+#[test]
+fn outside_a_runtime_futexes_and_other_system_calls_are_the_kernels() {
+    // Two OS threads contend on a std Mutex and Condvar, as without the hooks.
+    let pair = Arc::new((Mutex::new(0u32), Condvar::new()));
+    let other = {
+        let pair = pair.clone();
+        std::thread::spawn(move || {
+            for _ in 0..1000 {
+                *pair.0.lock().unwrap() += 1;
+                pair.1.notify_one();
+            }
+        })
+    };
+    {
+        let (lock, counted) = &*pair;
+        let _done = counted
+            .wait_while(lock.lock().unwrap(), |count| *count < 1000)
+            .unwrap();
+    }
+    other.join().unwrap();
+    let word = AtomicU32::new(3);
+    assert_eq!(futex(&word, WAIT, 0, std::ptr::null()), (-1, libc::EAGAIN));
+    let timeout = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 1_000_000,
+    };
+    assert_eq!(futex(&word, WAIT, 3, &timeout), (-1, libc::ETIMEDOUT));
+    assert_eq!(futex(&word, WAKE, 1, std::ptr::null()), (0, 0));
+    // Other numbers pass through with their arguments: getpid, and mmap's sixth argument
+    // (on the stack on x86_64) reaching the kernel as the file offset.
+    // SAFETY: getpid takes nothing.
+    assert_eq!(unsafe { libc::syscall(libc::SYS_getpid) }, i64::from(std::process::id()));
+    let page = 4096usize;
+    // SAFETY: a fresh memfd, two pages long, mapped read-only at the second page.
+    unsafe {
+        let fd = libc::memfd_create(c"greenweave-syscall".as_ptr(), 0);
+        assert!(fd >= 0);
+        assert_eq!(libc::ftruncate(fd, (2 * page) as libc::off_t), 0);
+        let marker = [7u8; 1];
+        assert_eq!(libc::pwrite(fd, marker.as_ptr().cast(), 1, page as libc::off_t), 1);
+        let mapped = libc::syscall(
+            libc::SYS_mmap,
+            std::ptr::null::<u8>(),
+            page,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            fd,
+            page,
+        );
+        assert_ne!(mapped, -1);
+        assert_eq!(*(mapped as *const u8), 7);
+        libc::munmap(mapped as *mut libc::c_void, page);
+        libc::close(fd);
+    }
+}
