@@ -496,14 +496,21 @@ impl Activity {
                 "a CPU-bound loop: call greenweave::thread::yield_now in it, or run it with \
                  greenweave::unblock"
             }
-            _ if cfg!(feature = "hooks") => {
+            Activity::Syscall(_) if cfg!(feature = "hooks") => {
                 "file I/O, a blocking socket or another blocking call the hooks do not cover: \
                  greenweave::unblock runs it on a helper thread, greenweave::net parks"
             }
-            _ => {
+            Activity::Syscall(_) => {
                 "file I/O, a blocking socket or another blocking call: greenweave::unblock \
                  runs it on a helper thread, greenweave::net parks, the hooks feature makes \
                  common ones park"
+            }
+            // What the call is, is not known.
+            Activity::ForeignSyscall | Activity::BlockedOutsideSyscall | Activity::Unknown => {
+                "a std::sync lock, file I/O, a blocking socket, a sleep of the OS thread or a \
+                 CPU-bound loop: greenweave::sync, greenweave::net and \
+                 greenweave::thread::sleep park instead, greenweave::unblock runs a blocking \
+                 call on a helper thread"
             }
         }
     }
