@@ -43,6 +43,7 @@
 //! | `read`, `write`, `readv`, `writev`, `recv`, `recvfrom`, `recvmsg`, `send`, `sendto`, `sendmsg` (and the fortified `__read_chk`, `__recv_chk`, `__recvfrom_chk`) | a call that would block parks until the fd is ready, then is made again |
 //! | `connect`, `accept`, `accept4` | started non-blocking; parks until connected (the result from `SO_ERROR`) or a connection comes |
 //! | `poll`, `ppoll`, `select` (and `__poll_chk`, `__ppoll_chk`) | parks until one of the fds is ready or the timeout |
+//! | `epoll_wait`, `epoll_pwait`, `epoll_pwait2` (a foreign event loop: raw `epoll`, `mio`, the `tokio` inside a blocking client such as `postgres`) | parks until the epoll instance has an event or the timeout; returns libc's events, 0 or error |
 //! | `nanosleep`, `clock_nanosleep` (std's `thread::sleep`), `usleep`, `sleep` | parks on the runtime's timers |
 //! | `getaddrinfo`, `gethostbyname` | runs on the offload pool while the green thread parks |
 //! | `read`, `readv`, `pread`/`pread64` of a regular file | the page cache at once; what must come from the disk, on the offload pool while the green thread parks |
@@ -123,6 +124,7 @@
 //! environment variable `GREENWEAVE_STALL_REPORT_MS`.
 
 mod dns;
+mod epoll;
 mod file;
 mod fortify;
 mod futex;
@@ -175,11 +177,14 @@ static HOOKS: Hooks = Hooks([
     sleep::sleep as *const (),
     dns::getaddrinfo as *const (),
     dns::gethostbyname as *const (),
+    epoll::epoll_wait as *const (),
+    epoll::epoll_pwait as *const (),
+    epoll::epoll_pwait2 as *const (),
 ]);
 
 /// The addresses of the hooks, only ever read by `keep_linked`'s `black_box`.
 #[allow(dead_code)] // read through `black_box`, which the lint does not see
-struct Hooks([*const (); 37]);
+struct Hooks([*const (); 40]);
 
 // SAFETY: the addresses of functions, never dereferenced as data nor changed.
 unsafe impl Sync for Hooks {}

@@ -80,9 +80,10 @@ impl Epoll {
                 .min(libc::c_int::MAX as u128) as libc::c_int,
         };
         let capacity = events.len().min(libc::c_int::MAX as usize) as libc::c_int;
-        // SAFETY: `events` is writable for `capacity` entries.
+        // SAFETY: `events` is writable for `capacity` entries. libc's own `epoll_wait`, never
+        // the hook (which would take the runtime's wait for a foreign loop's).
         let rc = unsafe {
-            libc::epoll_wait(
+            super::real::epoll_wait(
                 self.fd.as_raw_fd(),
                 events.as_mut_ptr(),
                 capacity,

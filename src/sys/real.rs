@@ -16,7 +16,7 @@
 //! May not: call anything but the function it names; keep state besides the addresses.
 
 #[cfg(not(feature = "hooks"))]
-pub(crate) use libc::{connect, poll, read, recv, recvfrom, socket, write};
+pub(crate) use libc::{connect, epoll_wait, poll, read, recv, recvfrom, socket, write};
 
 /// libc's `fcntl(fd, cmd, arg)`, with the argument always passed (commands without one
 /// ignore it), as the hooks' version of this function takes it.
@@ -39,9 +39,9 @@ mod resolved {
     use std::sync::atomic::{AtomicPtr, Ordering};
 
     use libc::{
-        addrinfo, c_char, c_int, c_uint, c_ulong, c_void, clockid_t, fd_set, hostent, iovec,
-        msghdr, nfds_t, pollfd, sigset_t, size_t, sockaddr, socklen_t, ssize_t, timespec, timeval,
-        useconds_t,
+        addrinfo, c_char, c_int, c_uint, c_ulong, c_void, clockid_t, epoll_event, fd_set, hostent,
+        iovec, msghdr, nfds_t, pollfd, sigset_t, size_t, sockaddr, socklen_t, ssize_t, timespec,
+        timeval, useconds_t,
     };
 
     /// Declares, for each libc function, its slot in the address table and a wrapper that
@@ -113,6 +113,13 @@ mod resolved {
         26 dup2(old: c_int, new: c_int) -> c_int;
         27 dup3(old: c_int, new: c_int, flags: c_int) -> c_int;
         28 pread64(fd: c_int, buf: *mut c_void, count: size_t, offset: libc::off64_t) -> ssize_t;
+        29 epoll_wait(epfd: c_int, events: *mut epoll_event, maxevents: c_int,
+                      timeout: c_int) -> c_int;
+        30 epoll_pwait(epfd: c_int, events: *mut epoll_event, maxevents: c_int, timeout: c_int,
+                       sigmask: *const sigset_t) -> c_int;
+        // glibc 2.35 and later; before, `resolve` falls back to `epoll_pwait2_syscall`.
+        31 epoll_pwait2(epfd: c_int, events: *mut epoll_event, maxevents: c_int,
+                        timeout: *const timespec, sigmask: *const sigset_t) -> c_int;
     }
 
     // Two more slots follow those: the variadic functions, which the macro cannot type; the
@@ -176,12 +183,44 @@ mod resolved {
     fn resolve(slot: usize) -> *mut c_void {
         let name = symbol_name(slot);
         // SAFETY: `name` is NUL-terminated; RTLD_NEXT is a pseudo-handle dlsym accepts.
-        let address = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+        let mut address = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+        if address.is_null() && name == c"epoll_pwait2" {
+            // A glibc older than 2.35 (RHEL 9's 2.34) has no wrapper: make the system call.
+            address = epoll_pwait2_syscall as *mut c_void;
+        }
         if address.is_null() {
             missing(name);
         }
         ADDRESSES[slot].store(address, Ordering::Relaxed);
         address
+    }
+
+    /// `epoll_pwait2` where libc has no wrapper for it: the system call itself, as glibc's
+    /// wrapper makes it (the kernel's sigset size, `errno` set on failure).
+    ///
+    /// # Safety
+    /// That of `epoll_pwait2`.
+    unsafe extern "C" fn epoll_pwait2_syscall(
+        epfd: c_int,
+        events: *mut epoll_event,
+        maxevents: c_int,
+        timeout: *const timespec,
+        sigmask: *const sigset_t,
+    ) -> c_int {
+        /// The kernel's signal set size (`_NSIG / 8`), not `size_of::<sigset_t>()` (128).
+        const KERNEL_SIGSET_SIZE: libc::c_long = 8;
+        // SAFETY: the caller upholds epoll_pwait2's contract; `syscall` sets errno on failure.
+        unsafe {
+            libc::syscall(
+                libc::SYS_epoll_pwait2,
+                epfd,
+                events,
+                maxevents,
+                timeout,
+                sigmask,
+                KERNEL_SIGSET_SIZE,
+            ) as c_int
+        }
     }
 
     /// No definition after ours: nothing to call. Says so on stderr (with libc's `write`,

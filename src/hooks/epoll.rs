@@ -1,0 +1,197 @@
+//! The hooked foreign event loops: `epoll_wait`, `epoll_pwait` and `epoll_pwait2`. A loop the
+//! program runs itself (raw `epoll`, `mio`, the `tokio` runtime hidden in a blocking client
+//! such as `postgres`) waits in one of them; in a green thread that wait parks only the green
+//! thread.
+//!
+//! An epoll fd is itself pollable: it is readable while its ready list holds an event. So the
+//! kernel is asked first with a zero timeout (one system call when an event is ready: the fast
+//! path); if none is, the green thread parks on the epoll fd's readability in the runtime's
+//! reactor (and on the timeout), and the kernel is asked again, with a zero timeout, on each
+//! wake-up. What the caller gets is what libc gives: the events, 0 once the timeout has passed
+//! with none, or -1 and `errno`.
+//!
+//! The runtime's own `epoll_wait` never comes here (`sys::epoll` calls `sys::real`), so the fd
+//! waited on is always a foreign loop's.
+//!
+//! May not: keep state of its own, or change the foreign epoll instance (it only waits on it).
+
+use std::time::{Duration, Instant};
+
+use libc::{c_int, epoll_event, sigset_t, timespec};
+
+use super::wait::{self, FdWaitError, Interrupted};
+use crate::runtime::reactor::Interest;
+use crate::runtime::scheduler;
+use crate::sys::fd_state::set_errno;
+use crate::sys::real;
+
+/// How a green thread's wait on a foreign epoll instance ended.
+enum Outcome {
+    /// What the call returns (with `errno` set for -1).
+    Returned(c_int),
+    /// The reactor cannot watch the epoll fd (epoll refused to nest it, `ELOOP`): block the OS
+    /// thread in libc instead, until this deadline (`None`: for ever), as libc would.
+    Block(Option<Instant>),
+}
+
+/// The green-thread wait: asks the kernel with a zero timeout, parks on `epfd`'s readability
+/// until `deadline` while nothing is ready, and asks again after each wake-up. Only called
+/// where `scheduler::can_park_here()`.
+///
+/// # Safety
+/// `events` and `maxevents` are as libc's `epoll_wait` requires (the kernel checks them).
+unsafe fn green_wait(
+    what: &'static str,
+    epfd: c_int,
+    events: *mut epoll_event,
+    maxevents: c_int,
+    deadline: Option<Instant>,
+) -> Outcome {
+    // SAFETY: the caller's contract is libc's, passed on unchanged with a zero timeout.
+    let ask = || Outcome::Returned(unsafe { real::epoll_wait(epfd, events, maxevents, 0) });
+    loop {
+        // Events, or an error (a bad fd, not an epoll fd, a bad buffer): returned as they are.
+        let asked = ask();
+        if !matches!(asked, Outcome::Returned(0)) {
+            return asked;
+        }
+        if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+            return asked;
+        }
+        match wait::for_fd(what, epfd, Interest::Readable, deadline) {
+            // Readable, or closed through the `close` hook: the kernel says which (`EBADF`).
+            Ok(()) | Err(FdWaitError::Closed) => continue,
+            // An event that came right at the deadline is still the caller's.
+            Err(FdWaitError::TimedOut) => return ask(),
+            // A `time::timeout` scope that ran out: the caller sees its wait time out, as a
+            // `poll` does.
+            Err(FdWaitError::Interrupted(Interrupted::ScopeElapsed)) => {
+                return Outcome::Returned(0);
+            }
+            Err(FdWaitError::Interrupted(interrupted)) => {
+                set_errno(interrupted.errno());
+                return Outcome::Returned(-1);
+            }
+            Err(FdWaitError::Unwatchable) => return Outcome::Block(deadline),
+        }
+    }
+}
+
+/// The deadline of a timeout in milliseconds; `None` (for ever) for a negative one, as the
+/// kernel reads it.
+fn deadline_after_millis(timeout: c_int) -> Option<Instant> {
+    let millis = u64::try_from(timeout).ok()?;
+    Instant::now().checked_add(Duration::from_millis(millis))
+}
+
+/// The milliseconds left until `deadline`, rounded up (-1 for none), for a call that blocks
+/// after the green path gave up.
+fn millis_left(deadline: Option<Instant>) -> c_int {
+    deadline.map_or(-1, |deadline| {
+        let left = deadline.saturating_duration_since(Instant::now());
+        left.as_nanos().div_ceil(1_000_000).min(c_int::MAX as u128) as c_int
+    })
+}
+
+/// `epoll_wait(2)`.
+///
+/// # Safety
+/// That of libc's `epoll_wait`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epoll_wait(
+    epfd: c_int,
+    events: *mut epoll_event,
+    maxevents: c_int,
+    timeout: c_int,
+) -> c_int {
+    if timeout == 0 || !scheduler::can_park_here() {
+        // SAFETY: the caller's contract is libc's, passed on unchanged.
+        return unsafe { real::epoll_wait(epfd, events, maxevents, timeout) };
+    }
+    let deadline = deadline_after_millis(timeout);
+    // SAFETY: the caller's contract is libc's.
+    match unsafe { green_wait("epoll_wait (hooked)", epfd, events, maxevents, deadline) } {
+        Outcome::Returned(result) => result,
+        // SAFETY: as above, with what is left of the timeout.
+        Outcome::Block(deadline) => unsafe {
+            real::epoll_wait(epfd, events, maxevents, millis_left(deadline))
+        },
+    }
+}
+
+/// `epoll_pwait(2)`. The signal mask is applied only when the call goes to libc: a green
+/// thread that parks shares the OS thread's mask with every other green thread, so a mask is
+/// not swapped around a park (as the hooked `ppoll`).
+///
+/// # Safety
+/// That of libc's `epoll_pwait`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epoll_pwait(
+    epfd: c_int,
+    events: *mut epoll_event,
+    maxevents: c_int,
+    timeout: c_int,
+    sigmask: *const sigset_t,
+) -> c_int {
+    if timeout == 0 || !scheduler::can_park_here() {
+        // SAFETY: the caller's contract is libc's, passed on unchanged.
+        return unsafe { real::epoll_pwait(epfd, events, maxevents, timeout, sigmask) };
+    }
+    let deadline = deadline_after_millis(timeout);
+    // SAFETY: the caller's contract is libc's.
+    match unsafe { green_wait("epoll_pwait (hooked)", epfd, events, maxevents, deadline) } {
+        Outcome::Returned(result) => result,
+        // SAFETY: as above, with what is left of the timeout.
+        Outcome::Block(deadline) => unsafe {
+            real::epoll_pwait(epfd, events, maxevents, millis_left(deadline), sigmask)
+        },
+    }
+}
+
+/// `epoll_pwait2(2)`: a `timespec` timeout (NULL for none), and the mask as `epoll_pwait`.
+///
+/// # Safety
+/// That of libc's `epoll_pwait2`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn epoll_pwait2(
+    epfd: c_int,
+    events: *mut epoll_event,
+    maxevents: c_int,
+    timeout: *const timespec,
+    sigmask: *const sigset_t,
+) -> c_int {
+    let deadline = if timeout.is_null() {
+        Some(None)
+    } else {
+        // SAFETY: a non-null timeout points to a timespec (libc's contract).
+        let t = unsafe { &*timeout };
+        let valid = t.tv_sec >= 0 && (0..1_000_000_000).contains(&t.tv_nsec);
+        let zero = t.tv_sec == 0 && t.tv_nsec == 0;
+        // A zero timeout never parks; an invalid one is the kernel's `EINVAL`, at once.
+        (valid && !zero)
+            .then(|| Instant::now().checked_add(Duration::new(t.tv_sec as u64, t.tv_nsec as u32)))
+    };
+    let deadline = match deadline {
+        Some(deadline) if scheduler::can_park_here() => deadline,
+        // SAFETY: the caller's contract is libc's, passed on unchanged.
+        _ => return unsafe { real::epoll_pwait2(epfd, events, maxevents, timeout, sigmask) },
+    };
+    // SAFETY: the caller's contract is libc's.
+    match unsafe { green_wait("epoll_pwait2 (hooked)", epfd, events, maxevents, deadline) } {
+        Outcome::Returned(result) => result,
+        Outcome::Block(deadline) => {
+            let left = deadline.map(|deadline| {
+                let left = deadline.saturating_duration_since(Instant::now());
+                timespec {
+                    tv_sec: left.as_secs() as libc::time_t,
+                    tv_nsec: left.subsec_nanos() as libc::c_long,
+                }
+            });
+            let left_ptr = left
+                .as_ref()
+                .map_or(std::ptr::null(), |left| left as *const timespec);
+            // SAFETY: as above, with what is left of the timeout (a live timespec or NULL).
+            unsafe { real::epoll_pwait2(epfd, events, maxevents, left_ptr, sigmask) }
+        }
+    }
+}
