@@ -89,8 +89,21 @@
 //!   green thread holding one across a park can deadlock the OS thread. Use
 //!   [`greenweave::sync`](crate::sync) in green threads.
 //! - **Raw system calls bypass libc**: crates that use `rustix`'s default (linux_raw) backend,
-//!   `mio`/`tokio` internals, or `libc::syscall` are not seen. Their fds are also not tracked,
-//!   so an fd whose mode they change behind libc's back may be cached wrongly.
+//!   or `libc::syscall`, are not seen. Their fds are also not tracked, so an fd whose mode they
+//!   change behind libc's back may be cached wrongly.
+//!   `mio`, and so `tokio`, are not among them: they wait in libc's `epoll_wait`, which is
+//!   hooked.
+//! - **A foreign event loop keeps its own per-OS-thread state.** Its wait parks only its green
+//!   thread, but what the loop's library keeps per OS thread is shared by every green thread
+//!   of the worker: tokio lets one runtime be in `block_on` per OS thread at a time, so of the
+//!   green threads of one worker only one may be inside a call of a client built on a hidden
+//!   tokio runtime (the synchronous `postgres` crate); a second panics with tokio's "Cannot
+//!   start a runtime from within a runtime". Run such clients one per worker
+//!   ([`runtime::Builder::workers`](crate::runtime::Builder::workers)). Such a loop also
+//!   waits again after an empty return: inside a `time::timeout` whose deadline has passed its
+//!   waits return 0 at once, for ever, and a cancelled green thread's `ECANCELED` makes tokio
+//!   panic. Bound such calls with the client's own timeouts (`postgres`'s `connect_timeout`,
+//!   `statement_timeout`).
 //! - **Regular files**: a read is made without waiting for the disk (`preadv2` with
 //!   `RWF_NOWAIT`, which serves the page cache in the one system call a read makes); what is
 //!   not cached is read on the offload pool while only the green thread parks. Where the kernel
