@@ -32,6 +32,12 @@ impl Log {
     }
 }
 
+/// What a wait returned: the events' data, or the errno.
+type Waited = Result<Vec<u64>, i32>;
+
+/// One of the three waits on an epoll fd.
+type WaitFn = fn(RawFd) -> Waited;
+
 /// A foreign epoll instance, used through libc alone (as a C library or a hand-written loop
 /// would).
 struct ForeignEpoll(OwnedFd);
@@ -62,13 +68,13 @@ impl ForeignEpoll {
     }
 
     /// `epoll_wait` for up to `max` events: their data, or the errno.
-    fn wait(&self, max: usize, timeout: libc::c_int) -> Result<Vec<u64>, i32> {
+    fn wait(&self, max: usize, timeout: libc::c_int) -> Waited {
         wait_on(self.0.as_raw_fd(), max, timeout)
     }
 }
 
 /// `epoll_wait(epfd, .., max, timeout)`: the events' data, or the errno.
-fn wait_on(epfd: RawFd, max: usize, timeout: libc::c_int) -> Result<Vec<u64>, i32> {
+fn wait_on(epfd: RawFd, max: usize, timeout: libc::c_int) -> Waited {
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; max.max(1)];
     // SAFETY: `events` holds at least `max` entries.
     let n = unsafe { libc::epoll_wait(epfd, events.as_mut_ptr(), max as libc::c_int, timeout) };
@@ -76,7 +82,7 @@ fn wait_on(epfd: RawFd, max: usize, timeout: libc::c_int) -> Result<Vec<u64>, i3
 }
 
 /// `epoll_pwait2(epfd, .., max, timeout, NULL)`: the events' data, or the errno.
-fn pwait2_on(epfd: RawFd, max: usize, timeout: Option<libc::timespec>) -> Result<Vec<u64>, i32> {
+fn pwait2_on(epfd: RawFd, max: usize, timeout: Option<libc::timespec>) -> Waited {
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; max.max(1)];
     let timeout_ptr = timeout
         .as_ref()
@@ -95,7 +101,7 @@ fn pwait2_on(epfd: RawFd, max: usize, timeout: Option<libc::timespec>) -> Result
 }
 
 /// `epoll_pwait(epfd, .., max, timeout, &empty mask)`: the events' data, or the errno.
-fn pwait_on(epfd: RawFd, max: usize, timeout: libc::c_int) -> Result<Vec<u64>, i32> {
+fn pwait_on(epfd: RawFd, max: usize, timeout: libc::c_int) -> Waited {
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; max.max(1)];
     // SAFETY: an all-zero sigset_t is a valid (empty) set, filled by sigemptyset anyway.
     let mut mask: libc::sigset_t = unsafe { std::mem::zeroed() };
@@ -114,7 +120,7 @@ fn pwait_on(epfd: RawFd, max: usize, timeout: libc::c_int) -> Result<Vec<u64>, i
     collect(n, &events)
 }
 
-fn collect(n: libc::c_int, events: &[libc::epoll_event]) -> Result<Vec<u64>, i32> {
+fn collect(n: libc::c_int, events: &[libc::epoll_event]) -> Waited {
     if n < 0 {
         return Err(std::io::Error::last_os_error().raw_os_error().unwrap());
     }
@@ -259,17 +265,14 @@ fn a_foreign_epoll_wait_with_a_timeout_returns_zero_after_it_while_others_run() 
         let ticks = ticker.ticks.clone();
         // Each flavour times out with 0 and no error, and the heartbeat ran meanwhile.
         let fd = epoll.0.as_raw_fd();
-        let waits: [(&str, Box<dyn Fn() -> Result<Vec<u64>, i32>>); 3] = [
-            ("epoll_wait", Box::new(move || wait_on(fd, 4, 100))),
-            ("epoll_pwait", Box::new(move || pwait_on(fd, 4, 100))),
-            (
-                "epoll_pwait2",
-                Box::new(move || pwait2_on(fd, 4, Some(millis(100)))),
-            ),
+        let waits: [(&str, WaitFn); 3] = [
+            ("epoll_wait", |fd| wait_on(fd, 4, 100)),
+            ("epoll_pwait", |fd| pwait_on(fd, 4, 100)),
+            ("epoll_pwait2", |fd| pwait2_on(fd, 4, Some(millis(100)))),
         ];
         for (name, wait) in waits {
             let before = ticks.get();
-            assert_eq!(wait(), Ok(vec![]), "{name}");
+            assert_eq!(wait(fd), Ok(vec![]), "{name}");
             assert!(ticks.get() > before, "{name}: no heartbeat during the wait");
         }
         // A zero timeout never parks, and reports nothing when nothing is ready.
