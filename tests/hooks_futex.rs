@@ -245,7 +245,10 @@ fn a_green_thread_waiting_on_a_std_condvar_is_woken_by_a_plain_os_thread() {
         assert_eq!(value, 7);
         notifier.join().unwrap();
         heartbeat.join().unwrap();
-        assert!(*ticks.borrow() > 0, "the heartbeat never ran while the waiter waited");
+        assert!(
+            *ticks.borrow() > 0,
+            "the heartbeat never ran while the waiter waited"
+        );
     });
 }
 
@@ -451,10 +454,7 @@ fn raw_futex_waiters_are_woken_oldest_first_and_wake_counts_them() {
 fn raw_futex_wait_is_eagain_on_a_changed_word_and_etimedout_at_its_timeout() {
     greenweave::run(|| {
         let word = AtomicU32::new(1);
-        assert_eq!(
-            futex(&word, WAIT, 0, std::ptr::null()),
-            (-1, libc::EAGAIN)
-        );
+        assert_eq!(futex(&word, WAIT, 0, std::ptr::null()), (-1, libc::EAGAIN));
         let timeout = libc::timespec {
             tv_sec: 0,
             tv_nsec: 5_000_000,
@@ -568,7 +568,10 @@ fn outside_a_runtime_futexes_and_other_system_calls_are_the_kernels() {
     // Other numbers pass through with their arguments: getpid, and mmap's sixth argument
     // (on the stack on x86_64) reaching the kernel as the file offset.
     // SAFETY: getpid takes nothing.
-    assert_eq!(unsafe { libc::syscall(libc::SYS_getpid) }, i64::from(std::process::id()));
+    assert_eq!(
+        unsafe { libc::syscall(libc::SYS_getpid) },
+        i64::from(std::process::id())
+    );
     let page = 4096usize;
     // SAFETY: a fresh memfd, two pages long, mapped read-only at the second page.
     unsafe {
@@ -576,7 +579,10 @@ fn outside_a_runtime_futexes_and_other_system_calls_are_the_kernels() {
         assert!(fd >= 0);
         assert_eq!(libc::ftruncate(fd, (2 * page) as libc::off_t), 0);
         let marker = [7u8; 1];
-        assert_eq!(libc::pwrite(fd, marker.as_ptr().cast(), 1, page as libc::off_t), 1);
+        assert_eq!(
+            libc::pwrite(fd, marker.as_ptr().cast(), 1, page as libc::off_t),
+            1
+        );
         let mapped = libc::syscall(
             libc::SYS_mmap,
             std::ptr::null::<u8>(),
@@ -591,4 +597,27 @@ fn outside_a_runtime_futexes_and_other_system_calls_are_the_kernels() {
         libc::munmap(mapped as *mut libc::c_void, page);
         libc::close(fd);
     }
+}
+
+#[test]
+fn green_threads_left_waiting_on_a_std_channel_and_lock_do_not_hold_up_the_end_of_run() {
+    // Nothing will ever end these waits, and a futex wait cannot be unwound (it is inside a C
+    // call): each cancellation delivery wakes it once, std waits again, and shutdown gives up
+    // after its deliveries, as for any green thread that will not end. `run` returns.
+    let (sender, receiver) = mpsc::channel::<u32>();
+    let lock = Arc::new(Mutex::new(0));
+    let held = lock.clone();
+    let returned = greenweave::run(move || {
+        greenweave::spawn(move || receiver.recv().is_ok());
+        let guard = held.lock().unwrap();
+        let locker = held.clone();
+        greenweave::spawn(move || *locker.lock().unwrap());
+        yield_now();
+        yield_now();
+        std::mem::forget(guard); // the lock stays held for good
+        "returned"
+    });
+    assert_eq!(returned, "returned");
+    drop(sender);
+    assert!(lock.try_lock().is_err(), "the forgotten guard still holds it");
 }

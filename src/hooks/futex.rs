@@ -8,10 +8,13 @@
 //!
 //! - `FUTEX_WAIT` / `FUTEX_WAIT_BITSET` from a green thread: the green thread is queued in the
 //!   process-wide futex table (`futex_table`) if the word still holds the expected value, and
-//!   parks until a wake takes it off the table, or its timeout (`ETIMEDOUT`). A cancellation
-//!   or a `time::timeout` scope that ends cannot unwind through std's C-ABI call: it wakes the
-//!   wait as a spurious wake-up (return 0), the caller re-checks its lock and, if it must wait
-//!   again, parks again, and the cancellation is raised at the next park in Rust code.
+//!   parks until a wake takes it off the table, or its timeout (`ETIMEDOUT`). No unwind may
+//!   cross std's C-ABI call, so a `time::timeout` scope does not end such a wait, and a
+//!   cancellation ends it as a spurious wake-up (return 0): the caller re-checks its lock and,
+//!   if it must wait again, calls again, and each call meanwhile raises and catches the
+//!   cancellation at once, counted as a delivery, so the runtime's shutdown gives up on a green
+//!   thread that std keeps waiting (after 64, as for any green thread that will not end) instead
+//!   of waiting for it for ever.
 //! - `FUTEX_WAKE` / `FUTEX_WAKE_BITSET` from any thread: wakes the green waiters on the address
 //!   first, oldest first, then the kernel's for what is left of the count.
 //! - `FUTEX_REQUEUE` / `FUTEX_CMP_REQUEUE` and `FUTEX_WAKE_OP`: the same for green waiters, then
@@ -51,6 +54,7 @@ use std::time::{Duration, Instant};
 use libc::{c_int, c_long, c_void, timespec};
 
 use super::futex_table::{self, Enqueued, Waiter};
+use super::wait;
 use crate::runtime::scheduler;
 use crate::runtime::task::{Wait, Wake};
 use crate::sys::fd_state::{errno, set_errno};
@@ -275,7 +279,16 @@ unsafe fn wait(
         });
         return -1;
     }
-    if word == this_threads_parker() {
+    let parker = word == this_threads_parker();
+    if scheduler::cancel_requested() {
+        deliver_pending_cancellation(word);
+        if parker {
+            // SAFETY: the caller's contract. A token, for `park` to take and return.
+            unsafe { word_at(word) }.store(PARKER_NOTIFIED, Ordering::SeqCst);
+        }
+        return 0;
+    }
+    if parker {
         // SAFETY: as above.
         return unsafe { wait_on_parker(word, deadline) };
     }
@@ -290,12 +303,7 @@ unsafe fn wait(
     loop {
         let recheck = shared.then(|| Instant::now() + SHARED_RECHECK);
         let park_deadline = earliest(deadline, recheck);
-        let wake = scheduler::park_uninterruptible_until(
-            "a futex wait (hooked)",
-            Wait::Futex(word),
-            park_deadline,
-            |_, _| {},
-        );
+        let wake = park_for("a futex wait (hooked)", word, park_deadline);
         if waiter.is_woken() {
             return 0;
         }
@@ -315,6 +323,28 @@ unsafe fn wait(
         }
         return 0;
     }
+}
+
+/// Raises the running green thread's pending cancellation at a park point and catches it:
+/// the scheduler counts the delivery (letting the other green threads run from the second on),
+/// so shutdown can give up on a green thread that std's futex loop keeps sending back here.
+/// The caller then returns a spurious wake-up.
+fn deliver_pending_cancellation(word: usize) {
+    let delivered = wait::park(
+        "a futex wait (hooked)",
+        Wait::Futex(word),
+        None,
+        None,
+        |_, _| {},
+    );
+    debug_assert!(delivered.is_err(), "a pending cancellation is raised at once");
+}
+
+/// Parks for a futex wait until woken or `deadline`. Uninterruptible: neither a cancellation
+/// nor a `time::timeout` scope can unwind through std's C-ABI call; a cancellation ends the
+/// park as [`Wake::Cancelled`] and is raised by the next wait (`deliver_pending_cancellation`).
+fn park_for(what: &'static str, word: usize, deadline: Option<Instant>) -> Wake {
+    scheduler::park_uninterruptible_until(what, Wait::Futex(word), deadline, |_, _| {})
 }
 
 /// The earlier of two optional deadlines.
@@ -560,12 +590,7 @@ unsafe fn wait_on_parker(word: usize, deadline: Option<Instant>) -> c_long {
         futex_table::wake_unbounded_parker_waiters(word);
     }
     let park_deadline = earliest(deadline, crowded.then(|| Instant::now() + PARKER_RECHECK));
-    let wake = scheduler::park_uninterruptible_until(
-        "std::thread::park (hooked futex)",
-        Wait::Futex(word),
-        park_deadline,
-        |_, _| {},
-    );
+    let wake = park_for("std::thread::park (hooked futex)", word, park_deadline);
     PARKER_WAITERS.set(PARKER_WAITERS.get() - 1);
     let woken = waiter.is_woken() || !futex_table::withdraw(&waiter);
     let timed_out = deadline.is_some_and(|deadline| Instant::now() >= deadline);

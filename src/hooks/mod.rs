@@ -40,8 +40,10 @@
 //!
 //! | functions | in a green thread |
 //! |---|---|
-//! | `read`, `write`, `readv`, `writev`, `recv`, `recvfrom`, `recvmsg`, `send`, `sendto`, `sendmsg` (and the fortified `__read_chk`, `__recv_chk`, `__recvfrom_chk`) | a call that would block parks until the fd is ready, then is made again |
-//! | `connect`, `accept`, `accept4` | started non-blocking; parks until connected (the result from `SO_ERROR`) or a connection comes |
+//! | `read`, `write`, `readv`, `writev`, `recv`, `recvfrom`, `recvmsg`, `send`, `sendto`, `sendmsg` (and the fortified `__read_chk`, `__recv_chk`, `__recvfrom_chk`) | a call that would block parks until the fd is ready, then is made again; on a blocking socket a send goes on until everything is sent, and a `MSG_WAITALL` receive on a stream until everything came, as libc's; writes to fds 1 and 2 never park (see below) |
+//! | `connect` | started non-blocking (`O_NONBLOCK` for that one call); parks until connected (the result from `SO_ERROR`) |
+//! | `accept`, `accept4` | parks until the listener is readable, then libc's blocking call takes the connection (the listener's mode is never touched) |
+//! | `listen` | std's backlog of 128 becomes the kernel's longest (`somaxconn`), as greenweave's `TcpListener` has it; any other backlog is kept |
 //! | `poll`, `ppoll`, `select` (and `__poll_chk`, `__ppoll_chk`) | parks until one of the fds is ready or the timeout |
 //! | `epoll_wait`, `epoll_pwait`, `epoll_pwait2` (a foreign event loop: raw `epoll`, `mio`, the `tokio` inside a blocking client such as `postgres`) | parks until the epoll instance has an event or the timeout; returns libc's events, 0 or error |
 //! | `nanosleep`, `clock_nanosleep` (std's `thread::sleep`), `usleep`, `sleep` | parks on the runtime's timers |
@@ -56,11 +58,19 @@
 //! its calls park the green thread, and the wake-up resumes that coroutine or greenlet. Inside
 //! a green thread the program sees what libc would show it:
 //! - A socket the program made non-blocking (`set_nonblocking`, `fcntl`, `ioctl(FIONBIO)`) and a
-//!   call with `MSG_DONTWAIT` get `EAGAIN`, never a park. The hooks never change an fd's mode:
-//!   socket calls are made with `MSG_DONTWAIT`, and `connect`/`accept` turn `O_NONBLOCK` on for
-//!   the one attempt only.
-//! - `SO_RCVTIMEO` / `SO_SNDTIMEO` bound the park; then the call fails as libc's would (`EAGAIN`;
-//!   `EINPROGRESS` for `connect`).
+//!   call with `MSG_DONTWAIT` get `EAGAIN`, never a park. The hooks never change a shared fd's
+//!   mode: socket calls are made with `MSG_DONTWAIT`, `accept` waits for readiness and then
+//!   makes libc's call, and only `connect` turns `O_NONBLOCK` on, for its one attempt, on a
+//!   socket no other thread has a use for until it is connected. Should another thread or
+//!   process take a connection between the readiness and the accept, that accept blocks its OS
+//!   thread until the next one, as libc's would: a listener accepted from on several OS threads
+//!   at once is better a greenweave `net::TcpListener` per worker.
+//! - What a call transfers is what libc's would: the added `MSG_DONTWAIT` changes nothing. A
+//!   send on a blocking socket parks and goes on until every byte is sent (an 8 MiB `write` returns
+//!   8 MiB), a `MSG_WAITALL` receive on a stream socket until every byte asked for came (or the
+//!   end of the stream); an error after part of it returns the count moved, as the kernel does.
+//! - `SO_RCVTIMEO` / `SO_SNDTIMEO` bound the park; then the call returns what it moved, or fails
+//!   as libc's would (`EAGAIN`; `EINPROGRESS` for `connect`).
 //! - A cancelled green thread's call fails with `ECANCELED`, and one inside a `time::timeout`
 //!   whose deadline passed with `ETIMEDOUT` (a `poll` returns 0; a sleep returns early): the
 //!   cancellation or timeout is raised at the green thread's next park in Rust code. An
@@ -81,6 +91,22 @@
 //!
 //! When the data is ready, a hooked call costs a branch and a table lookup beyond libc's: no
 //! extra system call (the would-block path adds the `epoll` registration of a new fd, once).
+//! Each hooked call that may park spends one unit of the cooperative budget, as greenweave's own
+//! sockets do: a green thread whose std socket always has data lets the others run every 128
+//! calls (a std echo server with one flooding client still answers the next).
+//!
+//! # Standard output, and other locks a green thread cannot hold across a park
+//!
+//! std's `Stdout` and `Stderr` (`println!`, `eprintln!`) write under an OS-thread-reentrant
+//! lock, std's `ReentrantLock` around a `RefCell`: another green thread of the same OS thread
+//! would enter it (to the lock it is the same thread) while one is parked inside a write, and
+//! panic on the `RefCell` (`already borrowed`). So writes to fds 1 and 2 never park: they go to
+//! libc as they are and, to a full pipe or terminal, block the OS thread as libc's do, and lines
+//! stay whole. std has no other users of `ReentrantLock`. C's stdio locks each `FILE`
+//! recursively per OS thread (`flockfile`): `printf` and `fwrite(stdout)` write fds 1 and 2,
+//! so they block too; a `FILE` opened on a socket or pipe (`fdopen`) and used by two green
+//! threads of one OS thread can have its buffer entered by the second while the first is parked
+//! inside it: give each green thread its own `FILE`, or keep such streams on one green thread.
 //!
 //! # Limits
 //!
@@ -173,6 +199,7 @@ static HOOKS: Hooks = Hooks([
     io::connect as *const (),
     io::accept as *const (),
     io::accept4 as *const (),
+    io::listen as *const (),
     io::socket as *const (),
     io::close as *const (),
     io::dup as *const (),
@@ -197,7 +224,7 @@ static HOOKS: Hooks = Hooks([
 
 /// The addresses of the hooks, only ever read by `keep_linked`'s `black_box`.
 #[allow(dead_code)] // read through `black_box`, which the lint does not see
-struct Hooks([*const (); 40]);
+struct Hooks([*const (); 41]);
 
 // SAFETY: the addresses of functions, never dereferenced as data nor changed.
 unsafe impl Sync for Hooks {}

@@ -51,7 +51,7 @@ pub(super) enum FdWaitError {
 }
 
 /// Parks (catching the unwinds of cancellation and scope ends) until woken or `deadline`.
-fn park(
+pub(super) fn park(
     what: &'static str,
     wait: Wait,
     deadline: Option<Instant>,

@@ -347,9 +347,18 @@ impl Reactor {
         timeout: Option<Duration>,
         mut wake: impl FnMut(Rc<Task>, u64),
     ) -> io::Result<bool> {
+        let mut orphans_woken = false;
         for (task, park) in self.orphaned.borrow_mut().drain(..) {
             wake(task, park);
+            orphans_woken = true;
         }
+        // A green thread woken here is runnable as soon as this returns: do not wait for an
+        // event first (none may ever come: its fd was the one that would have had them).
+        let timeout = if orphans_woken {
+            Some(Duration::ZERO)
+        } else {
+            timeout
+        };
         let mut events = self.events.borrow_mut();
         let count = self.epoll.wait(&mut events, timeout)?;
         let mut remote = false;

@@ -366,6 +366,15 @@ pub(crate) fn current_task_ptr() -> *const Task {
     unsafe { (*scheduler).current.get() }
 }
 
+/// Whether the running green thread has a cancellation requested (false outside one). For the
+/// hooks' futex waits, which park uninterruptibly and so raise a pending cancellation themselves.
+#[cfg_attr(not(feature = "hooks"), allow(dead_code))]
+pub(crate) fn cancel_requested() -> bool {
+    let task = current_task_ptr();
+    // SAFETY: a non-null running task is kept alive by `run_task` while `current` points at it.
+    !task.is_null() && unsafe { (*task).cancel_requested() }
+}
+
 /// Whether the code running now may park: it runs on behalf of a green thread (on its own
 /// stack, or on a coroutine's or greenlet's that the green thread resumed or switched to; not
 /// on the scheduler or another OS thread), and that green thread is not unwinding. The hooks
@@ -982,7 +991,9 @@ fn report_abandoned(task: &Task) {
          the runtime was shutting down; it was stopped where it stood and its stack leaked \
          (catch_unwind in a loop must let greenweave's cancellation through: re-raise payloads \
          you do not recognise with std::panic::resume_unwind; with the hooks feature, a loop of \
-         hooked libc calls must stop on their ECANCELED errors)",
+         hooked libc calls must stop on their ECANCELED errors, and a std or parking_lot lock, \
+         condvar or channel that nothing will release cannot be left by unwinding: its futex \
+         wait is inside a C call)",
         task.describe()
     );
 }
