@@ -50,6 +50,7 @@
 //! | `getaddrinfo`, `gethostbyname` | runs on the offload pool while the green thread parks |
 //! | `read`, `readv`, `pread`/`pread64` of a regular file | the page cache at once; what must come from the disk, on the offload pool while the green thread parks |
 //! | `close` | a green thread parked on the fd wakes with `EBADF`; the fd leaves epoll |
+//! | `syscall(SYS_futex, ..)`: std's and parking_lot's `Mutex`, `RwLock`, `Condvar`, `Once`/`OnceLock`/`LazyLock`, `Barrier`, mpsc channels, `thread::park` | a wait parks the green thread in a process-wide futex table; a wake from any thread (green, plain, another runtime) wakes green waiters oldest first, then the kernel's (`futex.rs`) |
 //! | `socket`, `dup`, `dup2`, `dup3`, `setsockopt`, `fcntl`, `ioctl` | unchanged; they keep track of `O_NONBLOCK` and socket timeouts |
 //!
 //! **Everywhere else** (a plain OS thread, before or after `run`, the scheduler itself, the
@@ -110,13 +111,27 @@
 //!
 //! # Limits
 //!
-//! - **Locks that block the OS thread still do.** `std::sync::Mutex`, `RwLock`, `Condvar`,
-//!   `OnceLock` and channels wait with `futex`, which is a system call, not a libc function: a
-//!   green thread holding one across a park can deadlock the OS thread. Use
-//!   [`greenweave::sync`](crate::sync) in green threads.
-//! - **Raw system calls bypass libc**: crates that use `rustix`'s default (linux_raw) backend,
-//!   or `libc::syscall`, are not seen. Their fds are also not tracked, so an fd whose mode they
-//!   change behind libc's back may be cached wrongly.
+//! - **std's parker is one per OS thread.** std's `thread::park` (so std's mpsc receivers, and
+//!   `reqwest::blocking`) waits on one futex word per OS thread, shared by all its green threads.
+//!   One green thread waiting there alone is exact; while several wait at once, each re-checks
+//!   every 5 ms, because an unpark that lands while another of them takes its own wake-up can
+//!   be absorbed (see `futex.rs`, "One parker per OS thread"): a lost unpark costs at most that
+//!   delay, never a hang. [`greenweave::sync`](crate::sync) has no such limit.
+//! - **Futex waits cannot be unwound.** A cancelled green thread waiting on a std lock,
+//!   condvar or channel wakes with a spurious wake-up; std's loop re-checks and, if it must,
+//!   waits again; the cancellation is raised at the next park in Rust code. A wait that nothing
+//!   will end keeps the green thread: the runtime's shutdown gives up on it after 64 deliveries
+//!   (a line on stderr, its stack leaked), as for any green thread that will not end. A
+//!   `time::timeout` scope does not end a futex wait either. Priority-inheritance futexes
+//!   (`FUTEX_LOCK_PI`, glibc's `PTHREAD_PRIO_INHERIT` mutexes) and `futex_waitv` go to the kernel
+//!   and block the OS thread.
+//! - **glibc's internal locks** (`pthread_mutex_t`, `stdio`'s `FILE` locks, `malloc`'s arenas)
+//!   make their futex calls with an inline `syscall` instruction, not through `syscall()`:
+//!   C code waiting on a `pthread_mutex_t` or `pthread_cond_t` blocks the OS thread.
+//! - **Raw system calls bypass libc**: crates that make the `syscall` instruction themselves
+//!   (`rustix`'s default linux_raw backend, and so the crates built on it) are not seen; every
+//!   call through libc's `syscall()` but a futex call goes to libc's unchanged. Their fds are
+//!   also not tracked, so an fd whose mode they change behind libc's back may be cached wrongly.
 //!   `mio`, and so `tokio`, are not among them: they wait in libc's `epoll_wait`, which is
 //!   hooked.
 //! - **A foreign event loop keeps its own per-OS-thread state.** Its wait parks only its green
@@ -144,7 +159,7 @@
 //!   dynamic linker binds a library's calls to the executable's definitions first
 //!   (`tests/hooks_c_library.rs`). Not seen: a binary linked with `-Wl,--exclude-libs,ALL` or a
 //!   version script with `local: *` (they hide the hooks), a library `dlopen`ed with
-//!   `RTLD_DEEPBIND` (it binds to libc first), and `syscall`. A library built with
+//!   `RTLD_DEEPBIND` (it binds to libc first). A library built with
 //!   `_FORTIFY_SOURCE` calls `__read_chk`, `__recv_chk`, `__recvfrom_chk`, `__poll_chk` and
 //!   `__ppoll_chk`: those are hooked too (the size check, then the hook). A static (`crt-static`) build does not link with the feature (`getaddrinfo` is
 //!   defined twice).
