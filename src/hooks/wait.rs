@@ -70,6 +70,22 @@ pub(super) fn park(
     }
 }
 
+/// Spends one unit of the cooperative budget (`runtime::budget`) for a hooked call that may
+/// park, as greenweave's own sockets do for theirs: a green thread whose calls never have to
+/// wait (a std socket whose peer always keeps up) lets the others run every `BUDGET` calls.
+/// Made before the call, so nothing it took is lost if the yield is interrupted: then
+/// `Err`, and the hook fails as a park so interrupted would.
+pub(super) fn spend_budget(what: &'static str) -> Result<(), Interrupted> {
+    // The closure is inlined: the unwind guard costs nothing unless the budget's cold path
+    // yields and the yield unwinds.
+    match panic::catch_unwind(|| crate::runtime::budget::spend(what)) {
+        Ok(()) => Ok(()),
+        Err(payload) if payload.is::<Cancelled>() => Err(Interrupted::Cancelled),
+        Err(payload) if payload.is::<ScopeElapsed>() => Err(Interrupted::ScopeElapsed),
+        Err(payload) => panic::resume_unwind(payload),
+    }
+}
+
 /// The readiness of `fd` in the running runtime's reactor (registered on first use, and again
 /// once the number names another file).
 fn registered(what: &'static str, fd: RawFd) -> Option<Rc<ScheduledIo>> {
