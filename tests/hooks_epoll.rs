@@ -128,6 +128,17 @@ fn collect(n: libc::c_int, events: &[libc::epoll_event]) -> Waited {
     Ok(events[..n as usize].iter().map(|event| event.u64).collect())
 }
 
+/// Whether this system has `epoll_pwait2` (Linux 5.11; qemu-user 7.2, which runs the aarch64
+/// tests, does not): where it has not, libc's, and so the hook's, fails with `ENOSYS`.
+fn has_pwait2() -> bool {
+    let epoll = ForeignEpoll::new();
+    let has = pwait2_on(epoll.0.as_raw_fd(), 1, Some(millis(0))) != Err(libc::ENOSYS);
+    if !has {
+        eprintln!("epoll_pwait2 is not implemented here (ENOSYS): its waits are not tested");
+    }
+    has
+}
+
 unsafe extern "C" {
     // The `libc` crate may not declare it (glibc 2.35+); the binary defines it (the hook).
     fn epoll_pwait2(
@@ -270,7 +281,8 @@ fn a_foreign_epoll_wait_with_a_timeout_returns_zero_after_it_while_others_run() 
             ("epoll_pwait", |fd| pwait_on(fd, 4, 100)),
             ("epoll_pwait2", |fd| pwait2_on(fd, 4, Some(millis(100)))),
         ];
-        for (name, wait) in waits {
+        let count = if has_pwait2() { 3 } else { 2 };
+        for (name, wait) in waits.into_iter().take(count) {
             let before = ticks.get();
             assert_eq!(wait(fd), Ok(vec![]), "{name}");
             assert!(ticks.get() > before, "{name}: no heartbeat during the wait");
@@ -278,7 +290,9 @@ fn a_foreign_epoll_wait_with_a_timeout_returns_zero_after_it_while_others_run() 
         // A zero timeout never parks, and reports nothing when nothing is ready.
         let before = ticks.get();
         assert_eq!(epoll.wait(4, 0), Ok(vec![]));
-        assert_eq!(pwait2_on(fd, 4, Some(millis(0))), Ok(vec![]));
+        if has_pwait2() {
+            assert_eq!(pwait2_on(fd, 4, Some(millis(0))), Ok(vec![]));
+        }
         assert_eq!(ticks.get(), before);
         ticker.stop();
     });
@@ -302,8 +316,10 @@ fn libc_results() -> Vec<String> {
     let mut all = epoll.wait(8, NEVER_MS).unwrap();
     all.sort();
     results.push(format!("all: {all:?}"));
-    let mut all = pwait2_on(fd, 8, None).unwrap();
-    all.sort();
+    let mut all = pwait2_on(fd, 8, None);
+    if let Ok(all) = &mut all {
+        all.sort();
+    }
     results.push(format!("pwait2, no timeout: {all:?}"));
     let mut all = pwait_on(fd, 8, -1).unwrap();
     all.sort();
@@ -335,18 +351,32 @@ fn libc_results() -> Vec<String> {
 #[test]
 fn a_foreign_epoll_gets_libcs_events_and_errors_in_a_green_thread_as_outside_a_runtime() {
     let outside = libc_results();
+    // Without epoll_pwait2, every call of it fails with ENOSYS, in a green thread too.
+    let pwait2 = |result: &str| {
+        if has_pwait2() {
+            result.to_owned()
+        } else {
+            format!("Err({})", libc::ENOSYS)
+        }
+    };
     assert_eq!(
         outside,
         [
             "two of three: 2".to_owned(),
             "all: [100, 101, 102]".to_owned(),
-            "pwait2, no timeout: [100, 101, 102]".to_owned(),
+            format!("pwait2, no timeout: {}", pwait2("Ok([100, 101, 102])")),
             "pwait: [100, 101, 102]".to_owned(),
             format!("bad fd: Err({})", libc::EBADF),
             format!("not an epoll fd: Err({})", libc::EINVAL),
             format!("maxevents 0: Err({})", libc::EINVAL),
-            format!("pwait2 bad timespec: Err({})", libc::EINVAL),
-            format!("pwait2 bad fd: Err({})", libc::EBADF),
+            format!(
+                "pwait2 bad timespec: {}",
+                pwait2(&format!("Err({})", libc::EINVAL))
+            ),
+            format!(
+                "pwait2 bad fd: {}",
+                pwait2(&format!("Err({})", libc::EBADF))
+            ),
             format!("pwait bad fd: Err({})", libc::EBADF),
         ]
     );
@@ -360,10 +390,12 @@ fn a_foreign_epoll_wait_outside_a_runtime_blocks_and_times_out_as_libcs() {
     let epoll = ForeignEpoll::new();
     epoll.watch(reader.as_raw_fd(), 5);
     assert_eq!(epoll.wait(4, 20), Ok(vec![]));
-    assert_eq!(
-        pwait2_on(epoll.0.as_raw_fd(), 4, Some(millis(20))),
-        Ok(vec![])
-    );
+    if has_pwait2() {
+        assert_eq!(
+            pwait2_on(epoll.0.as_raw_fd(), 4, Some(millis(20))),
+            Ok(vec![])
+        );
+    }
     // On another OS thread while a runtime runs, too: the write comes from this thread while
     // the other one blocks in libc.
     greenweave::run(move || {

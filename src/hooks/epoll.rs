@@ -34,21 +34,17 @@ enum Outcome {
     Block(Option<Instant>),
 }
 
-/// The green-thread wait: asks the kernel with a zero timeout, parks on `epfd`'s readability
-/// until `deadline` while nothing is ready, and asks again after each wake-up. Only called
-/// where `scheduler::can_park_here()`.
-///
-/// # Safety
-/// `events` and `maxevents` are as libc's `epoll_wait` requires (the kernel checks them).
-unsafe fn green_wait(
+/// The green-thread wait on `epfd`: asks the kernel with `ask` (the caller's call with a zero
+/// timeout and no signal mask), parks on `epfd`'s readability until `deadline` while nothing
+/// is ready, and asks again after each wake-up. Only called where
+/// `scheduler::can_park_here()`.
+fn green_wait(
     what: &'static str,
     epfd: c_int,
-    events: *mut epoll_event,
-    maxevents: c_int,
     deadline: Option<Instant>,
+    ask: impl Fn() -> c_int,
 ) -> Outcome {
-    // SAFETY: the caller's contract is libc's, passed on unchanged with a zero timeout.
-    let ask = || Outcome::Returned(unsafe { real::epoll_wait(epfd, events, maxevents, 0) });
+    let ask = || Outcome::Returned(ask());
     loop {
         // Events, or an error (a bad fd, not an epoll fd, a bad buffer): returned as they are.
         let asked = ask();
@@ -109,8 +105,9 @@ pub unsafe extern "C" fn epoll_wait(
         return unsafe { real::epoll_wait(epfd, events, maxevents, timeout) };
     }
     let deadline = deadline_after_millis(timeout);
-    // SAFETY: the caller's contract is libc's.
-    match unsafe { green_wait("epoll_wait (hooked)", epfd, events, maxevents, deadline) } {
+    // SAFETY: the caller's contract is libc's, passed on with a zero timeout.
+    let ask = || unsafe { real::epoll_wait(epfd, events, maxevents, 0) };
+    match green_wait("epoll_wait (hooked)", epfd, deadline, ask) {
         Outcome::Returned(result) => result,
         // SAFETY: as above, with what is left of the timeout.
         Outcome::Block(deadline) => unsafe {
@@ -138,8 +135,10 @@ pub unsafe extern "C" fn epoll_pwait(
         return unsafe { real::epoll_pwait(epfd, events, maxevents, timeout, sigmask) };
     }
     let deadline = deadline_after_millis(timeout);
-    // SAFETY: the caller's contract is libc's.
-    match unsafe { green_wait("epoll_pwait (hooked)", epfd, events, maxevents, deadline) } {
+    // SAFETY: the caller's contract is libc's, passed on with a zero timeout (and, as a
+    // parked wait, no mask).
+    let ask = || unsafe { real::epoll_wait(epfd, events, maxevents, 0) };
+    match green_wait("epoll_pwait (hooked)", epfd, deadline, ask) {
         Outcome::Returned(result) => result,
         // SAFETY: as above, with what is left of the timeout.
         Outcome::Block(deadline) => unsafe {
@@ -176,8 +175,15 @@ pub unsafe extern "C" fn epoll_pwait2(
         // SAFETY: the caller's contract is libc's, passed on unchanged.
         _ => return unsafe { real::epoll_pwait2(epfd, events, maxevents, timeout, sigmask) },
     };
-    // SAFETY: the caller's contract is libc's.
-    match unsafe { green_wait("epoll_pwait2 (hooked)", epfd, events, maxevents, deadline) } {
+    let zero = timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // Asked with `epoll_pwait2` itself, so a kernel without it says `ENOSYS` as libc's would.
+    // SAFETY: the caller's contract is libc's, passed on with a zero timeout (and, as a
+    // parked wait, no mask).
+    let ask = || unsafe { real::epoll_pwait2(epfd, events, maxevents, &zero, std::ptr::null()) };
+    match green_wait("epoll_pwait2 (hooked)", epfd, deadline, ask) {
         Outcome::Returned(result) => result,
         Outcome::Block(deadline) => {
             let left = deadline.map(|deadline| {
