@@ -9,6 +9,8 @@
 //! would hang instead). No test depends on how long anything takes.
 #![cfg(feature = "hooks")]
 
+mod common;
+
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -619,5 +621,86 @@ fn green_threads_left_waiting_on_a_std_channel_and_lock_do_not_hold_up_the_end_o
     });
     assert_eq!(returned, "returned");
     drop(sender);
-    assert!(lock.try_lock().is_err(), "the forgotten guard still holds it");
+    assert!(
+        lock.try_lock().is_err(),
+        "the forgotten guard still holds it"
+    );
+}
+
+#[test]
+fn two_green_threads_of_one_os_thread_parked_in_parking_lot_at_once_abort_saying_why() {
+    // parking_lot keeps each waiter's queue record in a thread_local!, which the green threads
+    // of one OS thread share: the second wait has rewritten the first's record before it reaches
+    // the futex. Nothing sound can follow, so the process aborts with a message, never hangs.
+    let outcome = common::run_in_child(
+        "two_green_threads_of_one_os_thread_parked_in_parking_lot_at_once_abort_saying_why",
+        || {
+            greenweave::run(|| {
+                let lock = Arc::new(parking_lot::Mutex::new(()));
+                let (go, went) = greenweave::sync::mpsc::channel::<()>();
+                let holder = greenweave::spawn({
+                    let lock = lock.clone();
+                    move || {
+                        let _held = lock.lock();
+                        went.recv().unwrap();
+                    }
+                });
+                yield_now();
+                let lockers: Vec<_> = (0..2)
+                    .map(|_| {
+                        let lock = lock.clone();
+                        greenweave::spawn(move || drop(lock.lock()))
+                    })
+                    .collect();
+                for _ in 0..5 {
+                    yield_now();
+                }
+                go.send(()).unwrap();
+                holder.join().unwrap();
+                for locker in lockers {
+                    locker.join().unwrap();
+                }
+            });
+            std::process::exit(0);
+        },
+    );
+    assert_eq!(
+        outcome.signal(),
+        Some(libc::SIGABRT),
+        "{}",
+        outcome.describe()
+    );
+    assert!(
+        outcome.stderr.contains("thread-local storage")
+            && outcome.stderr.contains("parking_lot")
+            && outcome.stderr.contains("greenweave::unblock"),
+        "{}",
+        outcome.describe()
+    );
+}
+
+#[test]
+fn parking_lot_waits_spread_one_per_os_thread_through_unblock_all_end() {
+    // The way out the abort message names: each wait on an OS thread of its own.
+    greenweave::run(|| {
+        let pair = Arc::new((parking_lot::Mutex::new(0u32), parking_lot::Condvar::new()));
+        let waiters: Vec<_> = (0..4)
+            .map(|_| {
+                let pair = pair.clone();
+                greenweave::spawn(move || {
+                    greenweave::unblock(move || {
+                        let mut value = pair.0.lock();
+                        pair.1.wait_while(&mut value, |value| *value == 0);
+                        *value
+                    })
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(10));
+        *pair.0.lock() = 9;
+        pair.1.notify_all();
+        for waiter in waiters {
+            assert_eq!(waiter.join().unwrap(), 9);
+        }
+    });
 }

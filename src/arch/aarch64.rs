@@ -188,6 +188,28 @@ pub(super) fn current_stack_pointer() -> usize {
     sp
 }
 
+/// The thread pointer: `tpidr_el0`, which Linux sets per thread and glibc points at the
+/// thread control block.
+#[cfg_attr(not(feature = "hooks"), allow(dead_code))]
+pub(super) fn thread_pointer() -> usize {
+    let tp: usize;
+    // SAFETY: reads a system register that EL0 may read; no memory or flags are touched.
+    unsafe {
+        core::arch::asm!("mrs {}, tpidr_el0", out(reg) tp, options(nomem, nostack, preserves_flags))
+    };
+    tp
+}
+
+/// Where the executable's static TLS block lies: TLS variant I (AAPCS64 ELF TLS), a 16-byte
+/// TCB at the thread pointer, then the executable's block at the next multiple of `align`.
+/// The range is widened by one `align` to absorb the loader's alignment padding.
+#[cfg_attr(not(feature = "hooks"), allow(dead_code))]
+pub(super) fn executable_tls_block(size: usize, align: usize) -> core::ops::Range<usize> {
+    let tp = thread_pointer();
+    let align = align.max(1);
+    tp..tp.saturating_add(16 + align + size)
+}
+
 pub(super) fn valgrind_client_request(default: usize, args: &[usize; 6]) -> usize {
     let result: usize;
     // SAFETY: this is valgrind.h's arm64 client-request sequence. The rotations of x12 total

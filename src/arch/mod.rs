@@ -265,6 +265,14 @@ pub(crate) fn current_stack_pointer() -> usize {
     imp::current_stack_pointer()
 }
 
+/// The addresses of this OS thread's static TLS block for the executable, whose `PT_TLS`
+/// segment is `size` bytes aligned to `align`: where every `thread_local!` of the crates linked
+/// into it lives (widened a little, within thread-local memory; see each architecture).
+#[cfg_attr(not(feature = "hooks"), allow(dead_code))]
+pub(crate) fn executable_tls_block(size: usize, align: usize) -> core::ops::Range<usize> {
+    imp::executable_tls_block(size, align)
+}
+
 /// Issues a Valgrind client request (`args[0]` is the request code); returns `default` when
 /// the program is not running under Valgrind. The instruction sequence is a no-op on hardware.
 pub(crate) fn valgrind_client_request(default: usize, args: &[usize; 6]) -> usize {

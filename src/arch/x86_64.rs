@@ -189,6 +189,30 @@ pub(super) fn current_stack_pointer() -> usize {
     sp
 }
 
+/// The thread pointer: on x86_64 Linux, `fs:0` holds the address of the thread control block
+/// itself (the TCB's self pointer, which the psABI's TLS model requires).
+#[cfg_attr(not(feature = "hooks"), allow(dead_code))]
+pub(super) fn thread_pointer() -> usize {
+    let tp: usize;
+    // SAFETY: a load from the TCB's first word, which every thread of a glibc process has.
+    unsafe {
+        core::arch::asm!("mov {}, fs:0", out(reg) tp, options(nostack, readonly, preserves_flags))
+    };
+    tp
+}
+
+/// Where the executable's static TLS block lies: TLS variant II (x86_64 psABI), the blocks sit
+/// below the thread pointer, the executable's nearest, `size` rounded up to `align` below it.
+/// The range is widened by one `align` downwards (where other modules' blocks, also
+/// thread-local, begin) to absorb the first-byte offset the loader may add.
+#[cfg_attr(not(feature = "hooks"), allow(dead_code))]
+pub(super) fn executable_tls_block(size: usize, align: usize) -> core::ops::Range<usize> {
+    let tp = thread_pointer();
+    let align = align.max(1);
+    let below = size.div_ceil(align) * align + align;
+    tp.saturating_sub(below)..tp
+}
+
 pub(super) fn valgrind_client_request(default: usize, args: &[usize; 6]) -> usize {
     let result: usize;
     // SAFETY: this is valgrind.h's x86_64 client-request sequence. The rotations of rdi total

@@ -48,7 +48,7 @@
 //! this and are the better choice in code written for green threads.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use libc::{c_int, c_long, c_void, timespec};
@@ -292,6 +292,9 @@ unsafe fn wait(
         // SAFETY: as above.
         return unsafe { wait_on_parker(word, deadline) };
     }
+    if futex_table::has_waiter(word) && is_thread_local(word) {
+        two_waiters_on_a_thread_local_word(word);
+    }
     let shared = op & libc::FUTEX_PRIVATE_FLAG == 0;
     let waiter = Waiter::for_current_green_thread(word, bitset, false);
     // SAFETY: the caller's contract.
@@ -337,7 +340,10 @@ fn deliver_pending_cancellation(word: usize) {
         None,
         |_, _| {},
     );
-    debug_assert!(delivered.is_err(), "a pending cancellation is raised at once");
+    debug_assert!(
+        delivered.is_err(),
+        "a pending cancellation is raised at once"
+    );
 }
 
 /// Parks for a futex wait until woken or `deadline`. Uninterruptible: neither a cancellation
@@ -544,6 +550,72 @@ fn this_threads_parker() -> usize {
     }
     std::thread::current().unpark();
     PARKER.get()
+}
+
+/// The executable's `PT_TLS` segment, `(size, align)`: `(0, 0)` if it has none; `usize::MAX`
+/// in the size until looked up (several threads may look it up at once; they find the same).
+static TLS_SEGMENT: [AtomicUsize; 2] = [AtomicUsize::new(usize::MAX), AtomicUsize::new(0)];
+
+/// Whether `word` lies in this OS thread's static thread-local storage: a `thread_local!` of a
+/// crate linked into the executable, such as parking_lot's per-thread waiter record.
+fn is_thread_local(word: usize) -> bool {
+    let mut size = TLS_SEGMENT[0].load(Ordering::Acquire);
+    if size == usize::MAX {
+        let (found_size, found_align) = executable_tls_segment();
+        TLS_SEGMENT[1].store(found_align, Ordering::Relaxed);
+        TLS_SEGMENT[0].store(found_size, Ordering::Release);
+        size = found_size;
+    }
+    let align = TLS_SEGMENT[1].load(Ordering::Relaxed);
+    size > 0 && crate::arch::executable_tls_block(size, align).contains(&word)
+}
+
+/// Reads the executable's `PT_TLS` program header: the first object `dl_iterate_phdr` reports
+/// is the executable.
+fn executable_tls_segment() -> (usize, usize) {
+    unsafe extern "C" fn first_object(
+        info: *mut libc::dl_phdr_info,
+        _size: libc::size_t,
+        found: *mut c_void,
+    ) -> c_int {
+        // SAFETY: the loader passes a live info whose `dlpi_phdr` has `dlpi_phnum` headers, and
+        // `found` is the `(usize, usize)` below.
+        unsafe {
+            let info = &*info;
+            let headers = std::slice::from_raw_parts(info.dlpi_phdr, usize::from(info.dlpi_phnum));
+            if let Some(tls) = headers.iter().find(|header| header.p_type == libc::PT_TLS) {
+                *found.cast::<(usize, usize)>() = (tls.p_memsz as usize, tls.p_align as usize);
+            }
+        }
+        1 // the executable is enough: stop
+    }
+    let mut found = (0usize, 0usize);
+    // SAFETY: the callback writes only `found`, which outlives the call.
+    unsafe { libc::dl_iterate_phdr(Some(first_object), (&raw mut found).cast()) };
+    found
+}
+
+/// Two green threads of one OS thread waiting on one thread-local futex word: the crate that
+/// waits keeps a waiter record per OS thread (parking_lot's parking lot does), which every
+/// green thread of that OS thread shares; the second has already rewritten the first's record
+/// before its wait came here, so their queues are corrupt and nothing can be recovered. Says so
+/// on stderr, with libc's `write` (std's stderr lock may be held), and aborts.
+#[cold]
+fn two_waiters_on_a_thread_local_word(word: usize) -> ! {
+    let who = scheduler::describe_running_green_thread().unwrap_or_else(|| "?".to_owned());
+    let message = format!(
+        "greenweave: green thread {who} waited on the futex word at {word:#x} while another \
+         green thread of the same OS thread waited on it. The word lies in that OS thread's \
+         thread-local storage: the crate waiting keeps its waiter record per OS thread \
+         (parking_lot's parking lot does, so parking_lot's Mutex, RwLock and Condvar and what is \
+         built on them, such as r2d2), and green threads of one OS thread share it, so the two \
+         waits have corrupted each other's queue entries. Aborting. In green threads use \
+         greenweave::sync, or call such code through greenweave::unblock (each call on an OS \
+         thread of its own).\n"
+    );
+    // SAFETY: a live buffer to stderr, through libc's own write (not a hook).
+    unsafe { crate::sys::real::write(2, message.as_ptr().cast(), message.len()) };
+    std::process::abort();
 }
 
 thread_local! {

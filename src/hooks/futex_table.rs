@@ -277,6 +277,18 @@ pub(super) fn withdraw(waiter: &Arc<Waiter>) -> bool {
     }
 }
 
+/// Whether a green thread waits on `address` now.
+pub(super) fn has_waiter(address: usize) -> bool {
+    if !any_green_waiter() {
+        return false;
+    }
+    let mut bucket = BucketGuard::lock(bucket_index(address));
+    bucket
+        .waiters()
+        .iter()
+        .any(|waiter| waiter.address.load(Ordering::Relaxed) == address)
+}
+
 /// Whether a queued waiter matches a wake on `address` with mask `bitset`.
 fn matches(waiter: &Waiter, address: usize, bitset: u32) -> bool {
     waiter.address.load(Ordering::Relaxed) == address && waiter.bitset & bitset != 0
