@@ -37,10 +37,18 @@ fn main() {
     println!("cargo:rerun-if-changed={source}");
     println!("cargo:rerun-if-changed=build.rs");
     cc::Build::new().file(source).compile("greenweave_switch");
-    // The `hooks` feature defines libc's variadic fcntl and ioctl, which stable Rust cannot.
+    // The `hooks` feature defines libc's variadic fcntl, ioctl and syscall, which stable Rust
+    // cannot, and links every hook through an anchor that refers to them all: the archive is
+    // linked whole, since nothing else in a program refers to the hooks (asm/hooks_anchor.S).
     if env::var_os("CARGO_FEATURE_HOOKS").is_some() {
         let hooks = format!("asm/hooks_{arch}.S");
+        let anchor = "asm/hooks_anchor.S";
         println!("cargo:rerun-if-changed={hooks}");
-        cc::Build::new().file(&hooks).compile("greenweave_hooks");
+        println!("cargo:rerun-if-changed={anchor}");
+        cc::Build::new()
+            .file(&hooks)
+            .file(anchor)
+            .link_lib_modifier("+whole-archive")
+            .compile("greenweave_hooks");
     }
 }

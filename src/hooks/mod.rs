@@ -177,6 +177,9 @@
 //! [`runtime::Builder::stall_report`](crate::runtime::Builder::stall_report), or the
 //! environment variable `GREENWEAVE_STALL_REPORT_MS`.
 
+// How the hooks get into a program: nothing in it refers to greenweave's `recv` (its calls bind
+// to libc's as happily), so the linker would leave them out; `asm/hooks_anchor.S`, linked whole
+// (build.rs), refers to every one. No other layer has to know they exist.
 mod dns;
 mod epoll;
 mod file;
@@ -188,77 +191,3 @@ mod offloaded;
 mod poll;
 mod sleep;
 mod wait;
-
-/// Every hook, referenced from code every runtime runs (`keep_linked`), so that the linker
-/// takes the hooks' object files into any binary that uses a runtime: an archive member is only
-/// linked when something refers to it, and the C calls the hooks replace are resolved after the
-/// library's archive has been scanned.
-static HOOKS: Hooks = Hooks([
-    io::pread64 as *const (),
-    io::pread as *const (),
-    fortify::__read_chk as *const (),
-    fortify::__recv_chk as *const (),
-    fortify::__recvfrom_chk as *const (),
-    fortify::__poll_chk as *const (),
-    fortify::__ppoll_chk as *const (),
-    io::read as *const (),
-    io::write as *const (),
-    io::readv as *const (),
-    io::writev as *const (),
-    io::recv as *const (),
-    io::recvfrom as *const (),
-    io::recvmsg as *const (),
-    io::send as *const (),
-    io::sendto as *const (),
-    io::sendmsg as *const (),
-    io::connect as *const (),
-    io::accept as *const (),
-    io::accept4 as *const (),
-    io::listen as *const (),
-    io::socket as *const (),
-    io::close as *const (),
-    io::dup as *const (),
-    io::dup2 as *const (),
-    io::dup3 as *const (),
-    io::setsockopt as *const (),
-    io::greenweave_hook_fcntl as *const (),
-    io::greenweave_hook_ioctl as *const (),
-    poll::poll as *const (),
-    poll::ppoll as *const (),
-    poll::select as *const (),
-    sleep::nanosleep as *const (),
-    sleep::clock_nanosleep as *const (),
-    sleep::usleep as *const (),
-    sleep::sleep as *const (),
-    dns::getaddrinfo as *const (),
-    dns::gethostbyname as *const (),
-    epoll::epoll_wait as *const (),
-    epoll::epoll_pwait as *const (),
-    epoll::epoll_pwait2 as *const (),
-]);
-
-/// The addresses of the hooks, only ever read by `keep_linked`'s `black_box`.
-#[allow(dead_code)] // read through `black_box`, which the lint does not see
-struct Hooks([*const (); 41]);
-
-// SAFETY: the addresses of functions, never dereferenced as data nor changed.
-unsafe impl Sync for Hooks {}
-
-unsafe extern "C" {
-    /// The variadic `fcntl`, `fcntl64` and `ioctl` are defined in `asm/hooks_<arch>.S`
-    /// (trampolines to `greenweave_hook_fcntl` and `greenweave_hook_ioctl`).
-    fn fcntl(fd: libc::c_int, cmd: libc::c_int, ...) -> libc::c_int;
-    fn ioctl(fd: libc::c_int, request: libc::c_ulong, ...) -> libc::c_int;
-    /// The variadic `syscall`, a trampoline that sends futex calls to `futex.rs`.
-    fn syscall(number: libc::c_long, ...) -> libc::c_long;
-}
-
-/// Makes sure the hooks are linked into the binary (see [`HOOKS`]); called when a runtime
-/// starts. Costs one load.
-#[inline]
-pub(crate) fn keep_linked() {
-    std::hint::black_box(&HOOKS);
-    std::hint::black_box(fcntl as *const ());
-    std::hint::black_box(ioctl as *const ());
-    std::hint::black_box(syscall as *const ());
-}

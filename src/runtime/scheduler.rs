@@ -458,8 +458,6 @@ impl Scheduler {
         max_blocking_threads: usize,
         worker: WorkerLink,
     ) -> io::Result<Rc<Scheduler>> {
-        #[cfg(feature = "hooks")]
-        crate::hooks::keep_linked();
         let reactor = Rc::new(Reactor::new()?);
         let remote = worker.pool.remote(worker.index).clone();
         let id_step = worker.pool.len() as u64;
