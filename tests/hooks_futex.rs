@@ -461,7 +461,7 @@ fn raw_futex_wait_is_eagain_on_a_changed_word_and_etimedout_at_its_timeout() {
             tv_sec: 0,
             tv_nsec: 5_000_000,
         };
-        let ticker = greenweave::spawn(|| yield_now());
+        let ticker = greenweave::spawn(yield_now);
         assert_eq!(futex(&word, WAIT, 1, &timeout), (-1, libc::ETIMEDOUT));
         assert!(ticker.is_finished(), "the other green thread ran meanwhile");
         let bad = libc::timespec {

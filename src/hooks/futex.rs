@@ -256,7 +256,7 @@ unsafe fn wait(
     timeout: *const timespec,
     bitset: u32,
 ) -> c_long {
-    if bitset == 0 || word % 4 != 0 {
+    if bitset == 0 || !word.is_multiple_of(4) {
         set_errno(libc::EINVAL);
         return -1;
     }

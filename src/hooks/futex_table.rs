@@ -389,10 +389,10 @@ pub(super) fn requeue(
     let mut woken = Vec::new();
     let mut moving = Vec::new();
     {
-        let source = if first <= second || high.is_none() {
-            low.waiters()
-        } else {
-            high.as_mut().expect("two buckets").waiters()
+        // `low` holds the lower index, `high` (if the two differ) the higher.
+        let source = match high.as_mut() {
+            Some(high) if first > second => high.waiters(),
+            _ => low.waiters(),
         };
         take_matching(source, from, u32::MAX, wake_count, &mut woken);
         take_matching(source, from, u32::MAX, move_count, &mut moving);
@@ -401,10 +401,9 @@ pub(super) fn requeue(
         waiter.address.store(to, Ordering::Release);
     }
     let moved = moving.len();
-    let destination = if second <= first || high.is_none() {
-        low.waiters()
-    } else {
-        high.as_mut().expect("two buckets").waiters()
+    let destination = match high.as_mut() {
+        Some(high) if second > first => high.waiters(),
+        _ => low.waiters(),
     };
     destination.extend(moving);
     drop(high);

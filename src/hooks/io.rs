@@ -21,8 +21,8 @@ use std::os::fd::RawFd;
 use std::time::Instant;
 
 use libc::{
-    EAGAIN, EINPROGRESS, MSG_DONTWAIT, MSG_NOSIGNAL, MSG_PEEK, MSG_WAITALL, c_int, c_long, c_ulong,
-    c_void, iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t,
+    EAGAIN, EINPROGRESS, MSG_DONTWAIT, MSG_NOSIGNAL, MSG_PEEK, MSG_WAITALL, c_int, c_ulong, c_void,
+    iovec, msghdr, size_t, sockaddr, socklen_t, ssize_t,
 };
 
 use super::file;
@@ -1019,9 +1019,8 @@ pub unsafe extern "C" fn listen(fd: c_int, backlog: c_int) -> c_int {
     } else {
         backlog
     };
-    // SAFETY: no memory preconditions. glibc's `listen` is this system call and nothing else;
-    // it is made directly because `libc::listen` is this very hook.
-    unsafe { libc::syscall(libc::SYS_listen, c_long::from(fd), c_long::from(backlog)) as c_int }
+    // SAFETY: no memory preconditions.
+    unsafe { real::listen(fd, backlog) }
 }
 
 /// `socket(2)`: records the new socket's mode.

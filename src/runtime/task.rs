@@ -61,6 +61,7 @@ pub(crate) enum Wait {
     Shared(&'static str),
     /// A futex word at this address (the `hooks` feature's `syscall(SYS_futex)`: a std or
     /// parking_lot lock, condvar, `Once`, channel or `thread::park`): any OS thread may wake it.
+    #[cfg_attr(not(feature = "hooks"), allow(dead_code))]
     Futex(usize),
 }
 

@@ -16,7 +16,7 @@
 //! May not: call anything but the function it names; keep state besides the addresses.
 
 #[cfg(not(feature = "hooks"))]
-pub(crate) use libc::{connect, epoll_wait, poll, read, recv, recvfrom, socket, write};
+pub(crate) use libc::{connect, epoll_wait, listen, poll, read, recv, recvfrom, socket, write};
 
 /// libc's `fcntl(fd, cmd, arg)`, with the argument always passed (commands without one
 /// ignore it), as the hooks' version of this function takes it.
@@ -120,6 +120,7 @@ mod resolved {
         // glibc 2.35 and later; before, `resolve` falls back to `epoll_pwait2_syscall`.
         31 epoll_pwait2(epfd: c_int, events: *mut epoll_event, maxevents: c_int,
                         timeout: *const timespec, sigmask: *const sigset_t) -> c_int;
+        32 listen(fd: c_int, backlog: c_int) -> c_int;
     }
 
     // Two more slots follow those: the variadic functions, which the macro cannot type; the

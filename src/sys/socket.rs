@@ -305,7 +305,7 @@ pub(crate) const DEFAULT_BACKLOG: u32 = libc::c_int::MAX as u32;
 pub(crate) fn set_backlog(fd: BorrowedFd<'_>, backlog: u32) -> io::Result<()> {
     let backlog = libc::c_int::try_from(backlog).unwrap_or(libc::c_int::MAX);
     // SAFETY: listen takes no pointers; `fd` is a live socket for the duration of the call.
-    check(unsafe { libc::listen(fd.as_raw_fd(), backlog) })?;
+    check(unsafe { super::real::listen(fd.as_raw_fd(), backlog) })?;
     Ok(())
 }
 
