@@ -70,7 +70,10 @@ fn object_of(address: *const libc::c_void) -> *mut libc::c_void {
 fn every_hook_is_defined_by_the_executable_itself_and_libcs_is_still_behind_it() {
     // A program that uses greenweave at all (here, one green thread) links the crate, and with
     // it the anchor.
-    assert_eq!(greenweave::run(|| greenweave::spawn(|| 1).join().unwrap()), 1);
+    assert_eq!(
+        greenweave::run(|| greenweave::spawn(|| 1).join().unwrap()),
+        1
+    );
     let executable = object_of(
         every_hook_is_defined_by_the_executable_itself_and_libcs_is_still_behind_it as *const _,
     );
