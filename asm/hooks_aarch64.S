@@ -58,8 +58,8 @@ ioctl:
  * long syscall(long number, ...)
  *
  * Every number but SYS_futex, and a futex wake while no green thread waits on any futex
- * (greenweave_futex_green_waiters == 0), branches to libc's syscall with every register as
- * the caller set it: x0 = number, x1..x6 = the arguments (Linux AAPCS64 passes variadic
+ * (greenweave_futex_green_waiters == 0, read after a full barrier), branches to libc's
+ * syscall with every register as the caller set it: x0 = number, x1..x6 = the arguments (Linux AAPCS64 passes variadic
  * arguments in registers like named ones). Only x16 and x17 are used on the way: the
  * intra-procedure-call scratch registers, which a call may clobber and which carry nothing
  * (AAPCS64 6.1.1).
@@ -83,6 +83,10 @@ syscall:
     cbz     w16, .Lsyscall_futex            // FUTEX_WAIT (0): maybe a green thread's
     cmp     w16, #9                         // FUTEX_WAIT_BITSET
     b.eq    .Lsyscall_futex
+    dmb     ish                             // the caller's store to the futex word must be
+                                            // visible before the count is read, which a later
+                                            // load may otherwise pass (src/hooks/futex_table.rs,
+                                            // "No lost wake-up")
     adrp    x17, :got:greenweave_futex_green_waiters
     ldr     x17, [x17, :got_lo12:greenweave_futex_green_waiters]
     ldr     x17, [x17]                      // the one load a wake costs when no green

@@ -60,8 +60,8 @@ ioctl:
  * long syscall(long number, ...)
  *
  * Every number but SYS_futex, and a futex wake while no green thread waits on any futex
- * (greenweave_futex_green_waiters == 0), jumps to libc's syscall with every register as the
- * caller set it: rdi = number, rsi, rdx, rcx, r8, r9 = the first five arguments, the sixth on
+ * (greenweave_futex_green_waiters == 0, read after a full fence), jumps to libc's syscall
+ * with every register as the caller set it: rdi = number, rsi, rdx, rcx, r8, r9 = the first five arguments, the sixth on
  * the stack above the return address, al = the variadic vector-register count. Only r10 and
  * r11 are used on the way: caller-saved, and no argument register (SysV 3.2.3).
  *
@@ -85,6 +85,11 @@ syscall:
     jz      .Lsyscall_futex                 /* FUTEX_WAIT (0): maybe a green thread's */
     cmpl    $9, %r10d                       /* FUTEX_WAIT_BITSET */
     je      .Lsyscall_futex
+    mfence                                  /* the caller's store to the futex word must be
+                                               visible before the count is read: a store may
+                                               otherwise wait in the store buffer while the
+                                               load below goes ahead (src/hooks/futex_table.rs,
+                                               "No lost wake-up") */
     movq    greenweave_futex_green_waiters@GOTPCREL(%rip), %r11
     cmpq    $0, (%r11)                      /* the one load a wake costs when no green */
     jne     .Lsyscall_futex                 /* thread waits: nonzero, look at the table */

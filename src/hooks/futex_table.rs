@@ -19,41 +19,35 @@
 //! `FUTEX_WAKE` (that is the futex protocol), then reads the count: zero means no green thread
 //! waits anywhere and the wake goes straight to the kernel; otherwise it takes the bucket lock.
 //!
-//! That read of the count is the only thing a wake pays when no green thread waits (the
-//! `syscall` trampoline makes it in assembly). For it to be enough, the waker's store to the
-//! word and its read of the count must not be reordered, which neither x86 (a plain store then
-//! a load may pass each other in the store buffer) nor aarch64 promise without a fence on the
-//! waker's side. Rather than a fence on every wake, the waiter, the rare side, runs an
-//! asymmetric barrier between counting itself and reading the word:
-//! `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)` makes every running thread of the process
-//! execute a full barrier. Then either the waker's store is visible to the waiter's read (it
-//! does not queue itself, and returns `EAGAIN`), or the waker's read sees the count (and takes
-//! the bucket lock, which orders the rest). Where `membarrier` is unavailable (kernels before
-//! 4.14, some sandboxes), [`ALWAYS_LOCK`] stays set in the count for good and every wake takes
-//! the bucket lock, which is correct without any barrier.
+//! For that read to be enough, the waker's store to the word and its read of the count must not
+//! pass each other, which neither x86 (a store waits in the store buffer while a later load
+//! goes ahead) nor aarch64 promise: the `syscall` trampoline runs a full fence (`mfence`,
+//! `dmb ish`) between them, and the waiter one between counting itself and reading the word.
+//! Then either the waker's store is visible to the waiter's read (it does not queue itself,
+//! and returns `EAGAIN`), or the waker's read sees the count (and takes the bucket lock, which
+//! orders the rest). A fence on every wake costs a few dozen cycles beside the system call the
+//! wake makes anyway; the alternative, an asymmetric barrier (`membarrier`) on every green
+//! wait, was measured at two system calls per std condvar round trip, and it interrupts every
+//! CPU that runs a thread of the process, which does not scale with workers.
 
 use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::hint;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering, fence};
 
 use crate::runtime::scheduler::{self, RemoteQueue};
 use crate::runtime::task::TaskKey;
 
-/// How many green threads wait in the table, plus [`ALWAYS_LOCK`] where the barrier is
-/// unavailable. Read by the `syscall` trampoline (`asm/hooks_<arch>.S`) before anything else
-/// on a wake: zero sends the wake straight to the kernel.
+/// How many green threads wait in the table. Read by the `syscall` trampoline
+/// (`asm/hooks_<arch>.S`), after a fence, before anything else on a wake: zero sends the wake
+/// straight to the kernel.
 #[unsafe(no_mangle)]
 #[allow(non_upper_case_globals)] // the assembly names it; lower case as a C symbol
 pub static greenweave_futex_green_waiters: AtomicUsize = AtomicUsize::new(0);
 
 /// The count, by its Rust name.
 use greenweave_futex_green_waiters as GREEN_WAITERS;
-
-/// A bit of [`GREEN_WAITERS`] that is never cleared once set: no asymmetric barrier, so every
-/// wake takes the bucket lock.
-const ALWAYS_LOCK: usize = 1 << (usize::BITS - 1);
 
 /// One green thread waiting on a futex word.
 pub(super) struct Waiter {
@@ -174,13 +168,13 @@ impl Drop for BucketGuard {
     }
 }
 
-/// Counts one more green waiter, then runs the asymmetric barrier (see the module docs): after
-/// it, a waker that changed the word either is seen by the waiter's read of the word or sees
-/// the count. Must be matched by one `uncount`, by the waiter (it did not queue itself) or by
-/// whoever takes it off the table.
+/// Counts one more green waiter, then fences (see the module docs): after it, a waker that
+/// changed the word either is seen by the waiter's read of the word or sees the count. Must be
+/// matched by one `uncount`, by the waiter (it did not queue itself) or by whoever takes it off
+/// the table.
 fn count_one() {
     GREEN_WAITERS.fetch_add(1, Ordering::SeqCst);
-    heavy_barrier();
+    fence(Ordering::SeqCst);
 }
 
 fn uncount(waiters: usize) {
@@ -189,38 +183,12 @@ fn uncount(waiters: usize) {
     }
 }
 
-/// 0: not yet asked; 1: registered and usable; 2: unavailable (`ALWAYS_LOCK` is set).
-static BARRIER: AtomicU8 = AtomicU8::new(0);
-
-/// `membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)`, registered on first use; where it is not
-/// available, sets [`ALWAYS_LOCK`] for good instead.
-fn heavy_barrier() {
-    const REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;
-    const PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
-    let mut state = BARRIER.load(Ordering::Acquire);
-    if state == 0 {
-        // SAFETY: membarrier takes two integers and touches no memory of ours.
-        let registered =
-            unsafe { libc::syscall(libc::SYS_membarrier, REGISTER_PRIVATE_EXPEDITED, 0) } == 0;
-        state = if registered { 1 } else { 2 };
-        if !registered {
-            GREEN_WAITERS.fetch_or(ALWAYS_LOCK, Ordering::SeqCst);
-        }
-        BARRIER.store(state, Ordering::Release);
-    }
-    if state == 1 {
-        // SAFETY: as above.
-        let done = unsafe { libc::syscall(libc::SYS_membarrier, PRIVATE_EXPEDITED, 0) } == 0;
-        if !done {
-            GREEN_WAITERS.fetch_or(ALWAYS_LOCK, Ordering::SeqCst);
-            BARRIER.store(2, Ordering::Release);
-        }
-    }
-}
-
-/// Whether any green thread may be waiting on any futex (a wake must look at the table).
+/// Whether any green thread may be waiting on any futex (a wake must look at the table). The
+/// caller has changed the futex word; the fence orders that store before this load, as the
+/// trampoline's does.
 #[inline]
 pub(super) fn any_green_waiter() -> bool {
+    fence(Ordering::SeqCst);
     GREEN_WAITERS.load(Ordering::Relaxed) != 0
 }
 
@@ -325,10 +293,27 @@ pub(super) fn wake(address: usize, bitset: u32, count: usize) -> usize {
         return 0;
     }
     let mut woken = Vec::new();
-    {
-        let mut bucket = BucketGuard::lock(bucket_index(address));
-        take_matching(bucket.waiters(), address, bitset, count, &mut woken);
+    let mut bucket = BucketGuard::lock(bucket_index(address));
+    let waiters = bucket.waiters();
+    // The common case, one waiter woken (a lock handed on, a condvar's notify_one): no list.
+    if count == 1 {
+        if let Some(at) = waiters
+            .iter()
+            .position(|waiter| matches(waiter, address, bitset))
+        {
+            if !waiters[at].broadcast {
+                let waiter = waiters.remove(at).expect("the index is in bounds");
+                drop(bucket);
+                uncount(1);
+                waiter.wake();
+                return 1;
+            }
+        } else {
+            return 0;
+        }
     }
+    take_matching(waiters, address, bitset, count, &mut woken);
+    drop(bucket);
     uncount(woken.len());
     for waiter in &woken {
         waiter.wake();
