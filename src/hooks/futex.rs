@@ -4,7 +4,8 @@
 //! `libc::syscall(SYS_futex, ...)`, and so do parking_lot and crossbeam. The binary's own
 //! `syscall` (`asm/hooks_<arch>.S`, a trampoline: `syscall` is variadic) sends every other
 //! system call number to libc's `syscall` with its registers untouched, a futex wake to libc's
-//! too while no green thread waits on any futex (a fence, one load and a branch), and the rest here.
+//! too while no green thread waits on any futex (a fence, one load and a branch), and the rest
+//! here.
 //!
 //! - `FUTEX_WAIT` / `FUTEX_WAIT_BITSET` from a green thread: the green thread is queued in the
 //!   process-wide futex table (`futex_table`) if the word still holds the expected value, and
