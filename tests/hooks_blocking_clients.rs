@@ -320,12 +320,20 @@ fn reqwest_blocking_in_20_green_threads_has_all_20_requests_in_flight_at_once_an
     });
 }
 
-#[test]
-#[ignore = "parking_lot keeps a thread's wait state (its ThreadData, queue link and futex word) \
-            in a per-OS-thread thread-local, which the green threads of an OS thread share: two \
-            of them parked in parking_lot at once corrupt its queues (here: an endless loop in \
-            unpark_requeue, under the bucket's lock, when a holder gives its connection back)"]
-fn an_r2d2_pool_of_2_shared_by_10_green_threads_lends_every_one_a_connection_at_most_2_at_a_time() {
+/// Where the green threads of the r2d2 test take a connection from the pool and give it back.
+#[derive(Clone, Copy)]
+enum Lending {
+    /// `get` and the drop that gives it back, in the green thread.
+    InGreenThread,
+    /// `get` and the drop, each through `greenweave::unblock` (on a helper OS thread).
+    Unblocked,
+}
+
+/// Ten green threads share an r2d2 pool of two redis connections: each takes one (`lending`
+/// says where), counts with INCR and, holding it until every green thread has asked, makes a
+/// BLPOP that times out in the server. Checks every count, that at most two were held at once
+/// while the eight others queued, and that the heartbeat ticked while they queued.
+fn r2d2_pool_of_2_shared_by_10_green_threads(lending: Lending) {
     const GREEN_THREADS: usize = 10;
     const POOL_SIZE: usize = 2;
     let Some(server) = RedisServer::start() else {
@@ -360,7 +368,10 @@ fn an_r2d2_pool_of_2_shared_by_10_green_threads_lends_every_one_a_connection_at_
                     log.push(Event::Asked(n));
                     // With both connections lent, this waits on the pool's Condvar until a
                     // holder gives one back, from this same OS thread.
-                    let mut connection = pool.get().unwrap();
+                    let mut connection = match lending {
+                        Lending::InGreenThread => pool.get().unwrap(),
+                        Lending::Unblocked => greenweave::unblock(move || pool.get().unwrap()),
+                    };
                     log.push(Event::Got(n));
                     let count = {
                         let _holding = held.enter();
@@ -376,7 +387,10 @@ fn an_r2d2_pool_of_2_shared_by_10_green_threads_lends_every_one_a_connection_at_
                         assert_eq!(popped, None);
                         count
                     };
-                    drop(connection);
+                    match lending {
+                        Lending::InGreenThread => drop(connection),
+                        Lending::Unblocked => greenweave::unblock(move || drop(connection)),
+                    }
                     log.push(Event::Returned(n));
                     count
                 })
@@ -401,7 +415,8 @@ fn an_r2d2_pool_of_2_shared_by_10_green_threads_lends_every_one_a_connection_at_
             POOL_SIZE,
             "held at once, pool of {POOL_SIZE}: {events:?}"
         );
-        // Replays the log: the most green threads that had asked and not yet got a connection.
+        // Replays the log: the most green threads that had asked and not yet got a connection
+        // (all ten through `unblock`, whose helpers all start before the first `get` returns).
         let mut queue = 0_usize;
         let mut longest_queue = 0;
         for &event in &events {
@@ -412,9 +427,8 @@ fn an_r2d2_pool_of_2_shared_by_10_green_threads_lends_every_one_a_connection_at_
             }
             longest_queue = longest_queue.max(queue);
         }
-        assert_eq!(
-            longest_queue,
-            GREEN_THREADS - POOL_SIZE,
+        assert!(
+            longest_queue >= GREEN_THREADS - POOL_SIZE,
             "all but {POOL_SIZE} should have queued for the pool at once: {events:?}"
         );
         let (_, last_asked) = first_and_last(&events, |event| matches!(event, Event::Asked(_)));
@@ -425,6 +439,29 @@ fn an_r2d2_pool_of_2_shared_by_10_green_threads_lends_every_one_a_connection_at_
         );
     });
     drop(server);
+}
+
+#[test]
+#[ignore = "parking_lot keeps a thread's wait state (its ThreadData: queue link and futex word) \
+            in a per-OS-thread thread-local, which the green threads of an OS thread share: the \
+            second green thread to wait in `get` while another waits there corrupts parking_lot's \
+            queue (an endless loop in unpark_requeue, under the bucket's lock, once a holder gives \
+            its connection back); the futex hook now aborts, saying so, at that second wait"]
+fn an_r2d2_pool_of_2_shared_by_10_green_threads_lends_every_one_a_connection_at_most_2_at_a_time() {
+    r2d2_pool_of_2_shared_by_10_green_threads(Lending::InGreenThread);
+}
+
+#[test]
+#[ignore = "hangs about one run in thirty (full binary): greenweave's offload pool counts a helper \
+            it has notified but that has not woken yet as idle, so a burst of `unblock` calls \
+            notifies one helper several times and starts no new one; the holders' `unblock(drop)` \
+            then queue behind `get`s that wait for those very drops (src/runtime/offload.rs, \
+            BlockingPool::submit)"]
+fn an_r2d2_pool_of_2_used_through_unblock_by_10_green_threads_lends_each_a_connection_at_most_2_at_a_time()
+ {
+    // The remedy the futex hook's abort names: r2d2's parking_lot waits each on a helper OS
+    // thread of their own, the connection used in the green thread (its I/O parks there).
+    r2d2_pool_of_2_shared_by_10_green_threads(Lending::Unblocked);
 }
 
 /// The clients of the memcache tests, and how many keys each sets and gets.
@@ -533,7 +570,7 @@ fn a_memcache_client_shared_by_8_green_threads_sets_and_gets_every_value_while_a
             in a per-OS-thread thread-local, which the green threads of an OS thread share: two \
             of them parked in parking_lot at once corrupt its queues (a null-pointer panic in \
             parking_lot_core's park, an endless loop in unpark_requeue, or a wake-up lost until \
-            the wait's timeout)"]
+            the wait's timeout); the futex hook now aborts, saying so, at the second wait"]
 fn memcache_clients_connecting_from_8_green_threads_at_once_set_and_get_every_value() {
     let Some(server) = MemcachedServer::start() else {
         return;
