@@ -95,6 +95,35 @@ fn a_pool_of_n_threads_runs_n_blocking_calls_at_once_and_never_more() {
 }
 
 #[test]
+fn a_burst_of_calls_meeting_an_idle_helper_gets_a_thread_for_each_call_the_idle_ones_cannot_take() {
+    // One helper has gone idle; then eight calls arrive at once, each waiting for all eight to
+    // run. The idle helper can take one of them: the other seven need threads of their own,
+    // even while that helper, already told there is work, has not woken up yet.
+    const N: usize = 8;
+    let runtime = Runtime::builder().max_blocking_threads(N).build().unwrap();
+    let latch = Arc::new(Latch::new(N));
+    let opened = runtime.run({
+        let latch = latch.clone();
+        move || {
+            greenweave::unblock(|| ());
+            // Lets the helper that ran it go back to waiting for work (idle).
+            greenweave::thread::sleep(Duration::from_millis(50));
+            let calls: Vec<_> = (0..N)
+                .map(|_| {
+                    let latch = latch.clone();
+                    greenweave::spawn(move || greenweave::unblock(move || latch.pass()))
+                })
+                .collect();
+            calls
+                .into_iter()
+                .map(|call| call.join().unwrap())
+                .collect::<Vec<bool>>()
+        }
+    });
+    assert_eq!(opened, [true; N], "all eight calls ran at once");
+}
+
+#[test]
 fn a_pool_of_one_thread_runs_blocking_calls_one_at_a_time_in_the_order_they_were_made() {
     let runtime = Runtime::builder().max_blocking_threads(1).build().unwrap();
     let events = Arc::new(Mutex::new(Vec::new()));

@@ -339,7 +339,10 @@ impl BlockingPool {
         self.submitted.fetch_add(1, Ordering::Relaxed);
         let mut state = lock(&self.state);
         state.jobs.push_back(job);
-        if state.idle == 0 && state.threads < self.max_threads {
+        // An idle helper takes one queued job; a helper told there is work but not yet awake
+        // still counts as idle, so the idle count, not "anyone idle?", says whether this job
+        // has a thread: a burst of submits must not all be handed to the same sleeper.
+        if state.jobs.len() > state.idle && state.threads < self.max_threads {
             state.threads += 1;
             let pool = self.clone();
             let spawned = std::thread::Builder::new()
