@@ -134,6 +134,13 @@
 //!   also not tracked, so an fd whose mode they change behind libc's back may be cached wrongly.
 //!   `mio`, and so `tokio`, are not among them: they wait in libc's `epoll_wait`, which is
 //!   hooked.
+//! - **parking_lot keeps a waiter record per OS thread.** Its `thread_local!` `ThreadData`
+//!   (queue link, futex word) is shared by every green thread of the OS thread: one green
+//!   thread at a time may wait in a parking_lot `Mutex`, `RwLock` or `Condvar` (and what is
+//!   built on them: `r2d2` pools, `memcache`'s client builder). A second has corrupted the
+//!   first's record when its futex wait arrives, so the process aborts with a message that says
+//!   so and names the way out: [`unblock`](crate::unblock) (each wait on a helper OS thread of
+//!   its own) or [`greenweave::sync`](crate::sync) (`futex.rs`; `tests/hooks_futex.rs`).
 //! - **A foreign event loop keeps its own per-OS-thread state.** Its wait parks only its green
 //!   thread, but what the loop's library keeps per OS thread is shared by every green thread
 //!   of the worker: tokio lets one runtime be in `block_on` per OS thread at a time, so of the
