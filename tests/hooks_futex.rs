@@ -704,3 +704,137 @@ fn parking_lot_waits_spread_one_per_os_thread_through_unblock_all_end() {
         }
     });
 }
+
+#[test]
+fn wake_op_changes_the_second_word_and_wakes_its_waiters_only_when_the_comparison_holds() {
+    // FUTEX_OP_SET (0, bits 28-31) with argument 1 (bits 12-23), compared with
+    // FUTEX_OP_CMP_EQ (0, bits 24-27) against 0 (bits 0-11): the old value.
+    const SET_1_IF_WAS_0: u32 = 1 << 12;
+    const WAKE_OP: i32 = libc::FUTEX_WAKE_OP | libc::FUTEX_PRIVATE_FLAG;
+    let wake_op = |first: &AtomicU32, second: &AtomicU32| {
+        // SAFETY: two live words; the fourth argument is the second word's wake count.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                first.as_ptr(),
+                WAKE_OP,
+                1u32,
+                1usize,
+                second.as_ptr(),
+                SET_1_IF_WAS_0,
+            )
+        }
+    };
+    greenweave::run(move || {
+        let first = Arc::new(AtomicU32::new(0));
+        let second = Arc::new(AtomicU32::new(0));
+        let log = Log::default();
+        let waiters: Vec<_> = [("first", first.clone()), ("second", second.clone())]
+            .into_iter()
+            .map(|(name, word)| {
+                let log = log.clone();
+                greenweave::spawn(move || {
+                    log.push(format!("waiting {name}"));
+                    futex(&word, WAIT, 0, std::ptr::null());
+                    log.push(format!("woken {name}"));
+                })
+            })
+            .collect();
+        log.wait_for("waiting second");
+        // The second word was 0: it becomes 1, and both words' waiters are woken.
+        assert_eq!(wake_op(&first, &second), 2);
+        assert_eq!(second.load(Ordering::SeqCst), 1);
+        for waiter in waiters {
+            waiter.join().unwrap();
+        }
+        // Now it was 1: the comparison fails, the second word's new waiter stays.
+        let log = Log::default();
+        let waiter = greenweave::spawn({
+            let (second, log) = (second.clone(), log.clone());
+            move || {
+                log.push("waiting");
+                futex(&second, WAIT, 1, std::ptr::null());
+                log.push("woken");
+            }
+        });
+        log.wait_for("waiting");
+        assert_eq!(wake_op(&first, &second), 0);
+        assert!(!log.contains("woken"));
+        assert_eq!(futex(&second, WAKE, 1, std::ptr::null()).0, 1);
+        waiter.join().unwrap();
+        assert_eq!(log.events(), ["waiting", "woken"]);
+    });
+}
+
+#[test]
+fn an_unlock_wakes_a_waiting_os_thread_before_a_green_waiter_whose_os_thread_it_is() {
+    // Green thread A waits on a std Mutex (parked, in the futex table). Green thread B of the
+    // same OS thread unwinds through a destructor that locks the same Mutex: while unwinding
+    // a green thread never parks, so that wait is the kernel's, and it blocks A's OS thread.
+    // When the holder, a plain OS thread, unlocks, its one wake must go to the kernel waiter:
+    // given to A instead, it would wake a green thread whose OS thread sleeps in the kernel on
+    // that very lock, for ever. In a child process, whose holder ends it if it hangs.
+    let outcome = common::run_in_child(
+        "an_unlock_wakes_a_waiting_os_thread_before_a_green_waiter_whose_os_thread_it_is",
+        || {
+            struct LockOnDrop(Arc<Mutex<u32>>, Arc<AtomicUsize>);
+            impl Drop for LockOnDrop {
+                fn drop(&mut self) {
+                    self.1.fetch_add(1, Ordering::SeqCst); // B is unwinding, about to lock
+                    *self.0.lock().unwrap_or_else(|p| p.into_inner()) += 10;
+                }
+            }
+            let lock = Arc::new(Mutex::new(0));
+            let waiting = Arc::new(AtomicUsize::new(0));
+            let done = Arc::new(AtomicBool::new(false));
+            let holder = {
+                let (lock, waiting, done) = (lock.clone(), waiting.clone(), done.clone());
+                let (held, hold) = mpsc::channel();
+                let holder = std::thread::spawn(move || {
+                    let guard = lock.lock().unwrap();
+                    held.send(()).unwrap();
+                    while waiting.load(Ordering::SeqCst) < 2 {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    // Lets B's lock reach its wait in the kernel.
+                    std::thread::sleep(Duration::from_millis(200));
+                    drop(guard);
+                    for _ in 0..2000 {
+                        if done.load(Ordering::SeqCst) {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    eprintln!("the runtime's OS thread never got the lock: deadlock");
+                    std::process::exit(3);
+                });
+                hold.recv().unwrap();
+                holder
+            };
+            greenweave::run({
+                let (lock, waiting) = (lock.clone(), waiting.clone());
+                move || {
+                    let a = greenweave::spawn({
+                        let (lock, waiting) = (lock.clone(), waiting.clone());
+                        move || {
+                            waiting.fetch_add(1, Ordering::SeqCst);
+                            *lock.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+                        }
+                    });
+                    yield_now();
+                    let b = greenweave::spawn(move || {
+                        let _locks = LockOnDrop(lock, waiting);
+                        panic!("B unwinds");
+                    });
+                    assert!(b.join().is_err(), "B panicked");
+                    a.join().unwrap();
+                }
+            });
+            done.store(true, Ordering::SeqCst);
+            holder.join().unwrap();
+            assert_eq!(*lock.lock().unwrap(), 11);
+            std::process::exit(0);
+        },
+    );
+    assert!(outcome.status.success(), "{}", outcome.describe());
+}

@@ -16,8 +16,10 @@
 //!   cancellation at once, counted as a delivery, so the runtime's shutdown gives up on a green
 //!   thread that std keeps waiting (after 64, as for any green thread that will not end) instead
 //!   of waiting for it for ever.
-//! - `FUTEX_WAKE` / `FUTEX_WAKE_BITSET` from any thread: wakes the green waiters on the address
-//!   first, oldest first, then the kernel's for what is left of the count.
+//! - `FUTEX_WAKE` / `FUTEX_WAKE_BITSET` from any thread: wakes the kernel's waiters first (an
+//!   OS thread woken can always run; a green waiter only when its scheduler does, which may be
+//!   asleep in the kernel on this very word), then green waiters, oldest first, for what is
+//!   left of the count.
 //! - `FUTEX_REQUEUE` / `FUTEX_CMP_REQUEUE` and `FUTEX_WAKE_OP`: the same for green waiters, then
 //!   the kernel's. Priority-inheritance operations go to the kernel unchanged: a green thread
 //!   waiting in one blocks its OS thread.
@@ -201,10 +203,7 @@ pub unsafe extern "C" fn greenweave_hook_futex(
             if bitset == 0 {
                 return pass_on(); // the kernel's EINVAL
             }
-            let green = futex_table::wake(word, bitset, count(value));
-            with_kernel_count(green, value, |left| unsafe {
-                kernel_futex(word, op, left, timeout_or_value2, word2, value3)
-            })
+            kernel_then_green(value, pass_on, |left| futex_table::wake(word, bitset, left))
         }
         FUTEX_REQUEUE | FUTEX_CMP_REQUEUE if futex_table::any_green_waiter() => {
             // SAFETY: the caller's words, as for the kernel.
@@ -223,18 +222,24 @@ fn count(value: u32) -> usize {
     usize::try_from(value as i32).unwrap_or(0)
 }
 
-/// Adds the kernel's part of a wake to the `green` waiters already woken: the kernel is asked
-/// for what is left of `requested` (if anything), and the total returned as the kernel would.
-fn with_kernel_count(green: usize, requested: u32, kernel: impl FnOnce(u32) -> c_long) -> c_long {
-    let left = count(requested).saturating_sub(green);
-    if left == 0 && green > 0 {
-        return green as c_long;
+/// A wake of up to `requested` waiters: the kernel's first (`kernel`, the call with the full
+/// count), then green waiters for what is left (`green`, given that count). Kernel waiters
+/// first because a woken OS thread can always run, while a green waiter runs only when its
+/// scheduler does, and that scheduler may itself be one of the kernel's waiters on this very
+/// word (the runtime's own locks are taken by green threads and by schedulers alike): handing
+/// the one wake of a mutex's unlock to that green waiter would leave its OS thread asleep in
+/// the kernel for ever. Returns the total, or the kernel's error if it failed.
+fn kernel_then_green(
+    requested: u32,
+    kernel: impl FnOnce() -> c_long,
+    green: impl FnOnce(usize) -> usize,
+) -> c_long {
+    let woken = kernel();
+    if woken < 0 {
+        return woken;
     }
-    match kernel(u32::try_from(left).unwrap_or(u32::MAX)) {
-        -1 if green > 0 => green as c_long,
-        -1 => -1,
-        woken => woken + green as c_long,
-    }
+    let left = count(requested).saturating_sub(usize::try_from(woken).unwrap_or(0));
+    woken + green(left) as c_long
 }
 
 /// What a futex word's address is read as.
@@ -503,11 +508,12 @@ unsafe fn wake_op(
         _ => old >= compare_with,
     };
     let plain_wake = |address: usize, count: u32| {
-        let green = futex_table::wake(address, u32::MAX, self::count(count));
-        // SAFETY: the caller's word, a plain wake.
-        with_kernel_count(green, count, |left| unsafe {
-            kernel_futex(address, FUTEX_WAKE | private, left, 0, 0, 0)
-        })
+        kernel_then_green(
+            count,
+            // SAFETY: the caller's word, a plain wake.
+            || unsafe { kernel_futex(address, FUTEX_WAKE | private, count, 0, 0, 0) },
+            |left| futex_table::wake(address, u32::MAX, left),
+        )
         .max(0)
     };
     let mut woken = plain_wake(word, wake_count);

@@ -263,7 +263,8 @@ fn matches(waiter: &Waiter, address: usize, bitset: u32) -> bool {
 }
 
 /// Takes up to `count` waiters on `address` whose mask meets `bitset` off the queue, oldest
-/// first, into `into`; if one of them is a parker waiter, all on `address` (see `futex.rs`).
+/// first, into `into`, and every parker waiter on `address` whatever the count (a wake on a
+/// parker wakes them all, see `futex.rs`).
 fn take_matching(
     waiters: &mut VecDeque<Arc<Waiter>>,
     address: usize,
@@ -272,12 +273,13 @@ fn take_matching(
     into: &mut Vec<Arc<Waiter>>,
 ) {
     let mut at = 0;
-    let mut limit = count;
-    while at < waiters.len() && into.len() < limit {
-        if matches(&waiters[at], address, bitset) {
+    let mut taken = 0;
+    while at < waiters.len() {
+        let waiter = &waiters[at];
+        if matches(waiter, address, bitset) && (waiter.broadcast || taken < count) {
             let waiter = waiters.remove(at).expect("the index is in bounds");
-            if waiter.broadcast {
-                limit = usize::MAX;
+            if !waiter.broadcast {
+                taken += 1;
             }
             into.push(waiter);
         } else {
@@ -286,10 +288,10 @@ fn take_matching(
     }
 }
 
-/// Wakes up to `count` green waiters on `address` whose mask meets `bitset`, oldest first;
-/// returns how many.
+/// Wakes up to `count` green waiters on `address` whose mask meets `bitset`, oldest first (and
+/// every parker waiter there, even for a count of 0); returns how many.
 pub(super) fn wake(address: usize, bitset: u32, count: usize) -> usize {
-    if count == 0 || !any_green_waiter() {
+    if !any_green_waiter() {
         return 0;
     }
     let mut woken = Vec::new();
