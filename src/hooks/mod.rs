@@ -50,7 +50,7 @@
 //! | `getaddrinfo`, `gethostbyname` | runs on the offload pool while the green thread parks |
 //! | `read`, `readv`, `pread`/`pread64` of a regular file | the page cache at once; what must come from the disk, on the offload pool while the green thread parks |
 //! | `close` | a green thread parked on the fd wakes with `EBADF`; the fd leaves epoll |
-//! | `syscall(SYS_futex, ..)`: std's and parking_lot's `Mutex`, `RwLock`, `Condvar`, `Once`/`OnceLock`/`LazyLock`, `Barrier`, mpsc channels, `thread::park` | a wait parks the green thread in a process-wide futex table; a wake from any thread (green, plain, another runtime) wakes green waiters oldest first, then the kernel's (`futex.rs`) |
+//! | `syscall(SYS_futex, ..)`: std's and parking_lot's `Mutex`, `RwLock`, `Condvar`, `Once`/`OnceLock`/`LazyLock`, `Barrier`, mpsc channels, `thread::park` | a wait parks the green thread in a process-wide futex table; a wake from any thread (green, plain, another runtime) wakes the kernel's waiters, then green ones oldest first (`futex.rs`) |
 //! | `socket`, `dup`, `dup2`, `dup3`, `setsockopt`, `fcntl`, `ioctl` | unchanged; they keep track of `O_NONBLOCK` and socket timeouts |
 //!
 //! **Everywhere else** (a plain OS thread, before or after `run`, the scheduler itself, the
