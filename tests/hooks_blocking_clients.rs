@@ -15,10 +15,14 @@
 #![cfg(feature = "hooks")]
 
 mod common;
+#[path = "common/in_flight.rs"]
+mod in_flight;
 #[path = "common/memcached_server.rs"]
 mod memcached_server;
 #[path = "common/redis_server.rs"]
 mod redis_server;
+#[path = "common/server_process.rs"]
+mod server_process;
 
 use std::cell::{Cell, RefCell};
 use std::io::{BufRead, BufReader, Write};
@@ -26,6 +30,7 @@ use std::net::{TcpListener, TcpStream};
 use std::rc::Rc;
 use std::time::Duration;
 
+use in_flight::InFlight;
 use memcached_server::MemcachedServer;
 use redis::Commands;
 use redis_server::RedisServer;
@@ -94,28 +99,6 @@ fn first_and_last(events: &[Event], is: impl Fn(Event) -> bool) -> (usize, usize
 /// Whether the heartbeat ticked strictly between the events at `from` and `to`.
 fn ticked_between(events: &[Event], from: usize, to: usize) -> bool {
     from < to && events[from..to].contains(&Event::Tick)
-}
-
-/// A count of things in progress at once and the most ever seen (one OS thread: `Cell`).
-#[derive(Default)]
-struct InFlight {
-    now: Cell<usize>,
-    most: Cell<usize>,
-}
-
-impl InFlight {
-    /// Counts one more in progress until the returned guard drops.
-    fn enter(self: &Rc<Self>) -> impl Drop {
-        self.now.set(self.now.get() + 1);
-        self.most.set(self.most.get().max(self.now.get()));
-        struct Leave(Rc<InFlight>);
-        impl Drop for Leave {
-            fn drop(&mut self) {
-                self.0.now.set(self.0.now.get() - 1);
-            }
-        }
-        Leave(self.clone())
-    }
 }
 
 /// A green thread that logs a [`Event::Tick`] and sleeps with std's (hooked) sleep, until

@@ -10,8 +10,12 @@
 //! (`SO_RCVTIMEO`) bound such a park and come back as each client's own timeout error.
 #![cfg(feature = "hooks")]
 
+#[path = "common/in_flight.rs"]
+mod in_flight;
 #[path = "common/redis_server.rs"]
 mod redis_server;
+#[path = "common/server_process.rs"]
+mod server_process;
 
 use std::cell::{Cell, RefCell};
 use std::io::{BufRead, BufReader, Write};
@@ -19,31 +23,9 @@ use std::net::{TcpListener, TcpStream};
 use std::rc::Rc;
 use std::time::Duration;
 
+use in_flight::InFlight;
 use redis::Commands;
 use redis_server::RedisServer;
-
-/// A count of things in progress at once and the most ever seen, shared by the green threads
-/// of one runtime (one OS thread: `Cell` is enough).
-#[derive(Default)]
-struct InFlight {
-    now: Cell<usize>,
-    most: Cell<usize>,
-}
-
-impl InFlight {
-    /// Counts one more in progress until the returned guard drops.
-    fn enter(self: &Rc<Self>) -> impl Drop {
-        self.now.set(self.now.get() + 1);
-        self.most.set(self.most.get().max(self.now.get()));
-        struct Leave(Rc<InFlight>);
-        impl Drop for Leave {
-            fn drop(&mut self) {
-                self.0.now.set(self.0.now.get() - 1);
-            }
-        }
-        Leave(self.clone())
-    }
-}
 
 /// What happened, in order, as the green threads saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
