@@ -59,6 +59,7 @@ use std::cell::Cell;
 use std::fmt;
 use std::io;
 use std::marker::PhantomData;
+use std::num::NonZeroU64;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -202,11 +203,22 @@ impl Builder {
         }
     }
 
+    /// Panics, as `std::thread::Builder`'s spawns do, if the name has a NUL byte (std's thread
+    /// names are C strings; a green thread's name is shown where std shows a thread's).
+    pub(crate) fn check_name(&self) {
+        if let Some(name) = self.name.as_ref().filter(|name| name.contains('\0')) {
+            // std's very words: its `expect` on the C string's `NulError`.
+            std::ffi::CString::new(name.as_bytes())
+                .expect("thread name may not contain interior null bytes");
+        }
+    }
+
     fn spawn_named<T: 'static>(
         self,
         what: &str,
         f: impl FnOnce() -> T + 'static,
     ) -> io::Result<JoinHandle<T>> {
+        self.check_name();
         with_scheduler(what, |scheduler| {
             let stack = self.green_stack(scheduler, size_of_val(&f))?;
             let body = move |task: &Task| {
@@ -509,7 +521,7 @@ pub struct Thread {
 impl Thread {
     fn of(task: &Task) -> Thread {
         Thread {
-            id: ThreadId(task.id),
+            id: ThreadId(NonZeroU64::new(task.id).expect("green thread ids start at 1")),
             name: task.name.as_deref().map(Rc::from),
         }
     }
@@ -525,14 +537,15 @@ impl Thread {
     }
 }
 
-/// A green thread's id.
+/// A green thread's id: never 0 (ids start at 1), so an `Option<ThreadId>` is 8 bytes, as
+/// std's is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ThreadId(u64);
+pub struct ThreadId(NonZeroU64);
 
 impl ThreadId {
-    /// The id as a number.
+    /// The id as a number (never 0).
     pub fn as_u64(self) -> u64 {
-        self.0
+        self.0.get()
     }
 }
 

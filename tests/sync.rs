@@ -1579,3 +1579,90 @@ mod model {
 
 // Waits in destructors during an unwind (they fail fast instead of switching) are covered in
 // tests/unwinding.rs.
+
+// Parity with std's surface (issue 25, items 4 and 5), each after std's own test of the item.
+
+#[test]
+fn mutex_rwlock_condvar_and_barrier_are_unwind_safe_whatever_they_hold_as_stds_are() {
+    fn unwind_safe<T: std::panic::UnwindSafe + std::panic::RefUnwindSafe>() {}
+    // A Cell is neither: std's locks are both anyway (poisoning stands for the invariant).
+    unwind_safe::<greenweave::sync::Mutex<std::cell::Cell<i32>>>();
+    unwind_safe::<greenweave::sync::RwLock<std::cell::Cell<i32>>>();
+    unwind_safe::<greenweave::sync::Condvar>();
+    unwind_safe::<greenweave::sync::Barrier>();
+    unwind_safe::<std::sync::Mutex<std::cell::Cell<i32>>>(); // the model
+}
+
+#[test]
+fn an_rwlock_read_guard_is_covariant_in_its_value_as_stds_is() {
+    // After std's read-guard covariance test: a guard of `&'long i32` passes where one of
+    // `&'short i32` is asked for. It compiles only if the guard is covariant.
+    fn shorter<'short>(
+        guard: greenweave::sync::RwLockReadGuard<'_, &'short i32>,
+        _: &'short i32,
+    ) -> i32 {
+        **guard
+    }
+    greenweave::run(|| {
+        let long = 5;
+        let lock = greenweave::sync::RwLock::new(&long);
+        let short = 6;
+        assert_eq!(shorter(lock.read().unwrap(), &short), 5);
+    });
+}
+
+#[test]
+fn an_option_of_a_thread_id_is_one_word_as_stds_is() {
+    assert_eq!(
+        std::mem::size_of::<Option<greenweave::thread::ThreadId>>(),
+        std::mem::size_of::<Option<std::thread::ThreadId>>()
+    );
+    assert_eq!(
+        std::mem::size_of::<Option<greenweave::thread::ThreadId>>(),
+        8
+    );
+    greenweave::run(|| assert!(greenweave::thread::current().id().as_u64() > 0));
+}
+
+#[test]
+fn a_thread_name_with_a_nul_byte_panics_at_spawn_as_std_test_invalid_named_thread() {
+    greenweave::run(|| {
+        let message = |result: std::thread::Result<()>| {
+            let payload = result.expect_err("the spawn panics");
+            payload
+                .downcast_ref::<&str>()
+                .map(|text| text.to_string())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap()
+        };
+        let spawn = std::panic::catch_unwind(|| {
+            let _ = greenweave::thread::Builder::new()
+                .name("ab\0".to_string())
+                .spawn(|| {});
+        });
+        // std's very words, its `expect` on the C string's `NulError`.
+        let expected = "thread name may not contain interior null bytes: NulError(2, [97, 98, 0])";
+        assert_eq!(message(spawn), expected);
+        let spawn_on = std::panic::catch_unwind(|| {
+            let _ = greenweave::thread::Builder::new()
+                .name("\0".to_string())
+                .spawn_on(0, || {});
+        });
+        assert!(message(spawn_on).starts_with("thread name may not contain interior null bytes"));
+        let scoped = std::panic::catch_unwind(|| {
+            greenweave::thread::scope(|scope| {
+                let _ = greenweave::thread::Builder::new()
+                    .name("a\0b".to_string())
+                    .spawn_scoped(scope, || {});
+            });
+        });
+        assert!(message(scoped).starts_with("thread name may not contain interior null bytes"));
+        // And std's own, the model.
+        let std_spawn = std::panic::catch_unwind(|| {
+            let _ = std::thread::Builder::new()
+                .name("ab\0".to_string())
+                .spawn(|| {});
+        });
+        assert_eq!(message(std_spawn), expected);
+    });
+}

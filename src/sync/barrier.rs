@@ -6,6 +6,7 @@
 
 use std::cell::Cell;
 use std::fmt;
+use std::panic::{RefUnwindSafe, UnwindSafe};
 
 use super::wait_queue::WaitQueue;
 use crate::runtime::budget;
@@ -47,6 +48,11 @@ pub struct Barrier {
     round: Cell<u64>,
     waiters: WaitQueue,
 }
+
+// As std's: a barrier holds only counts and its waiters, no value of the program's that a
+// panic could leave half-changed.
+impl UnwindSafe for Barrier {}
+impl RefUnwindSafe for Barrier {}
 
 impl Barrier {
     /// A barrier for groups of `n` green threads. `n` of 0 acts as 1: nobody waits.

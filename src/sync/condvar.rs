@@ -4,6 +4,7 @@
 //! and take again is the caller's.
 
 use std::fmt;
+use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::sync::{LockResult, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -93,6 +94,11 @@ impl WaitTimeoutResult {
 pub struct Condvar {
     waiters: WaitQueue,
 }
+
+// As std's: a condition variable holds no value of the program's, only its waiters, which a
+// panic leaves consistent.
+impl UnwindSafe for Condvar {}
+impl RefUnwindSafe for Condvar {}
 
 impl Condvar {
     /// A condition variable nobody waits on.

@@ -8,6 +8,7 @@
 use std::cell::{Cell, UnsafeCell};
 use std::fmt;
 use std::ops::{Deref, DerefMut};
+use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
 
 use super::grant_queue::GrantQueue;
@@ -76,6 +77,11 @@ pub struct Mutex<T: ?Sized> {
     waiters: GrantQueue<()>,
     data: UnsafeCell<T>,
 }
+
+// As std's: a panic while the lock is held poisons it, so a mutex crossing `catch_unwind` shows
+// no broken invariant unasked.
+impl<T: ?Sized> UnwindSafe for Mutex<T> {}
+impl<T: ?Sized> RefUnwindSafe for Mutex<T> {}
 
 impl<T> Mutex<T> {
     /// A new, unlocked mutex holding `value`.

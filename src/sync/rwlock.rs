@@ -6,7 +6,10 @@
 
 use std::cell::{Cell, UnsafeCell};
 use std::fmt;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
+use std::panic::{RefUnwindSafe, UnwindSafe};
+use std::ptr::NonNull;
 use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
 
 use super::grant_queue::GrantQueue;
@@ -65,6 +68,11 @@ pub struct RwLock<T: ?Sized> {
     waiters: GrantQueue<Access>,
     data: UnsafeCell<T>,
 }
+
+// As std's: a panic while the write lock is held poisons it, and a read lock cannot leave the
+// value half-changed, so a lock crossing `catch_unwind` shows no broken invariant unasked.
+impl<T: ?Sized> UnwindSafe for RwLock<T> {}
+impl<T: ?Sized> RefUnwindSafe for RwLock<T> {}
 
 impl<T> RwLock<T> {
     /// A new, unlocked lock holding `value`.
@@ -152,7 +160,7 @@ impl<T: ?Sized> RwLock<T> {
                     }
                 });
         }
-        let guard = RwLockReadGuard { lock: self };
+        let guard = RwLockReadGuard::new(self);
         if self.poisoned.get() {
             Err(PoisonError::new(guard))
         } else {
@@ -409,7 +417,28 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for RwLock<T> {
 /// ```
 #[must_use = "if unused the RwLock will immediately unlock"]
 pub struct RwLockReadGuard<'a, T: ?Sized + 'a> {
-    lock: &'a RwLock<T>,
+    /// The lock, as a pointer rather than `&'a RwLock<T>`: a reference to a type holding an
+    /// `UnsafeCell<T>` would make the guard invariant in `T`, where std's read guard (which only
+    /// hands out `&T`) is covariant. Valid for `'a`, which `_borrow` carries.
+    lock: NonNull<RwLock<T>>,
+    _borrow: PhantomData<&'a T>,
+}
+
+impl<'a, T: ?Sized> RwLockReadGuard<'a, T> {
+    /// The guard of a read lock just taken on `lock`.
+    fn new(lock: &'a RwLock<T>) -> RwLockReadGuard<'a, T> {
+        RwLockReadGuard {
+            lock: NonNull::from(lock),
+            _borrow: PhantomData,
+        }
+    }
+
+    fn lock(&self) -> &RwLock<T> {
+        // SAFETY: the pointer came from a `&'a RwLock<T>` and the guard lives at most `'a`.
+        // Under covariance `T` may name shorter lifetimes than the lock was made with, which
+        // changes neither its layout nor what the guard does with it (read the value, unlock).
+        unsafe { self.lock.as_ref() }
+    }
 }
 
 impl<T: ?Sized> Deref for RwLockReadGuard<'_, T> {
@@ -418,13 +447,13 @@ impl<T: ?Sized> Deref for RwLockReadGuard<'_, T> {
     fn deref(&self) -> &T {
         // SAFETY: while a read guard exists no writer holds the lock (the lock state counts
         // this reader), so no `&mut T` exists.
-        unsafe { &*self.lock.data.get() }
+        unsafe { &*self.lock().data.get() }
     }
 }
 
 impl<T: ?Sized> Drop for RwLockReadGuard<'_, T> {
     fn drop(&mut self) {
-        self.lock.read_unlock();
+        self.lock().read_unlock();
     }
 }
 

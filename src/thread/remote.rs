@@ -77,6 +77,7 @@ impl Builder {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
+        self.check_name();
         let (pool, here) = with_scheduler("greenweave::thread::spawn_on", |scheduler| {
             (scheduler.worker.pool.clone(), scheduler.worker.index)
         });

@@ -234,6 +234,7 @@ impl Builder {
         F: FnOnce() -> T + 'scope,
         T: 'scope,
     {
+        self.check_name();
         let data: &'scope ScopeData = &scope.data;
         if data.entered_while_unwinding {
             return Err(io::Error::other(
