@@ -408,7 +408,9 @@ unsafe fn deadline_of(op: c_int, timeout: *const timespec) -> Result<Option<Inst
 const FAR_FUTURE: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// `FUTEX_REQUEUE` / `FUTEX_CMP_REQUEUE` while green threads wait somewhere: the green waiters
-/// first, then the kernel's for what is left.
+/// first, then the kernel's for what is left. Not kernel first, as a plain wake is: the
+/// kernel's `CMP_REQUEUE` returns how many it woke and moved together, so what is left of each
+/// count for the green waiters could not be told. std and parking_lot never requeue.
 ///
 /// # Safety
 /// The futex contract: `word` and `word2` are live futex words.
@@ -454,8 +456,8 @@ unsafe fn requeue(
 
 /// `FUTEX_WAKE_OP` while green threads wait somewhere: the operation on `word2` is made here
 /// (atomically, as the kernel would), then the waiters of `word` are woken, and those of
-/// `word2` if the comparison with its old value holds; green waiters first each time, then the
-/// kernel's with a plain wake.
+/// `word2` if the comparison with its old value holds; each time the kernel's waiters first,
+/// with a plain wake, then green ones (`kernel_then_green`).
 ///
 /// # Safety
 /// The futex contract: `word` and `word2` are live futex words.
