@@ -15,6 +15,8 @@
 #![cfg(feature = "hooks")]
 
 mod common;
+#[path = "common/http_get.rs"]
+mod http_get;
 #[path = "common/in_flight.rs"]
 mod in_flight;
 #[path = "common/memcached_server.rs"]
@@ -25,7 +27,7 @@ mod redis_server;
 mod server_process;
 
 use std::cell::{Cell, RefCell};
-use std::io::{BufRead, BufReader, Write};
+use std::io::BufReader;
 use std::net::{TcpListener, TcpStream};
 use std::rc::Rc;
 use std::time::Duration;
@@ -163,38 +165,11 @@ fn client_of(path: &str) -> usize {
 /// fails on `served.most`), and answered with a body that names the path.
 fn serve_connection(stream: TcpStream, all: usize, served: Rc<InFlight>, log: Log) {
     let mut reader = BufReader::new(&stream);
-    let mut writer = &stream;
-    loop {
-        let mut request_line = String::new();
-        if reader.read_line(&mut request_line).unwrap() == 0 {
-            return; // the client closed the connection
-        }
-        let mut headers = 0;
-        loop {
-            let mut header = String::new();
-            assert_ne!(
-                reader.read_line(&mut header).unwrap(),
-                0,
-                "headers cut short"
-            );
-            if header == "\r\n" {
-                break;
-            }
-            headers += 1;
-            assert!(headers < 100, "endless headers");
-        }
-        let mut words = request_line.split_whitespace();
-        assert_eq!(words.next(), Some("GET"), "request line {request_line:?}");
-        let path = words.next().expect("a path").to_owned();
+    while let Some(get) = http_get::read_get(&mut reader) {
         let _serving = served.enter();
-        log.push(Event::Serving(client_of(&path)));
+        log.push(Event::Serving(client_of(&get.path)));
         nap_until(|| served.most.get() >= all);
-        let body = body_for(&path);
-        let response = format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        writer.write_all(response.as_bytes()).unwrap();
+        http_get::write_ok(&stream, &body_for(&get.path));
     }
 }
 

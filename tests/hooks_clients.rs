@@ -10,6 +10,8 @@
 //! (`SO_RCVTIMEO`) bound such a park and come back as each client's own timeout error.
 #![cfg(feature = "hooks")]
 
+#[path = "common/http_get.rs"]
+mod http_get;
 #[path = "common/in_flight.rs"]
 mod in_flight;
 #[path = "common/redis_server.rs"]
@@ -18,7 +20,7 @@ mod redis_server;
 mod server_process;
 
 use std::cell::{Cell, RefCell};
-use std::io::{BufRead, BufReader, Write};
+use std::io::BufReader;
 use std::net::{TcpListener, TcpStream};
 use std::rc::Rc;
 use std::time::Duration;
@@ -45,37 +47,11 @@ fn body_for(path: &str) -> String {
 /// turn into a park, so other connections' requests are in flight meanwhile.
 fn serve_connection(stream: TcpStream, in_flight: Rc<InFlight>) {
     let mut reader = BufReader::new(&stream);
-    let mut writer = &stream;
-    loop {
-        let mut request_line = String::new();
-        if reader.read_line(&mut request_line).unwrap() == 0 {
-            return; // the client closed the connection
-        }
-        let mut close = false;
-        loop {
-            let mut header = String::new();
-            assert_ne!(
-                reader.read_line(&mut header).unwrap(),
-                0,
-                "headers cut short"
-            );
-            if header == "\r\n" {
-                break;
-            }
-            close |= header.eq_ignore_ascii_case("connection: close\r\n");
-        }
-        let mut words = request_line.split_whitespace();
-        assert_eq!(words.next(), Some("GET"), "request line {request_line:?}");
-        let path = words.next().expect("a path").to_owned();
+    while let Some(get) = http_get::read_get(&mut reader) {
         let _serving = in_flight.enter();
         std::thread::sleep(Duration::from_millis(1));
-        let body = body_for(&path);
-        let response = format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        writer.write_all(response.as_bytes()).unwrap();
-        if close {
+        http_get::write_ok(&stream, &body_for(&get.path));
+        if get.close {
             return;
         }
     }
