@@ -30,7 +30,7 @@ mod fd_limit;
 use fd_limit::raise_fd_limit;
 
 const USAGE: &str = "usage: echo_load [--addr HOST:PORT | --spawn-server] [--connections C]
-                 [--duration SECONDS] [--requests N] [--size BYTES]
+                 [--duration SECONDS] [--requests N] [--size BYTES] [--start-when PATH]
 
   --addr HOST:PORT     the echo server to load (default 127.0.0.1:7000)
   --spawn-server       start an echo server in-process (another OS thread, its own runtime)
@@ -39,7 +39,10 @@ const USAGE: &str = "usage: echo_load [--addr HOST:PORT | --spawn-server] [--con
   --duration SECONDS   how long to send requests; fractions allowed (default 5)
   --requests N         stop after N requests in all (shared evenly among the connections),
                        or at the end of the duration if that comes first
-  --size BYTES         bytes per message (default 64)";
+  --size BYTES         bytes per message (default 64)
+  --start-when PATH    once connected, wait until PATH exists before sending: several load
+                       processes then measure one interval (the harness creates PATH after
+                       every process says \"connected\", and reads its counters then)";
 
 struct Options {
     addr: String,
@@ -48,6 +51,7 @@ struct Options {
     duration: Duration,
     requests: Option<usize>,
     size: usize,
+    start_when: Option<std::path::PathBuf>,
 }
 
 fn parse_options() -> Result<Options, String> {
@@ -58,6 +62,7 @@ fn parse_options() -> Result<Options, String> {
         duration: Duration::from_secs(5),
         requests: None,
         size: 64,
+        start_when: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -77,6 +82,7 @@ fn parse_options() -> Result<Options, String> {
             "--connections" => options.connections = positive(&flag, &value()?)?,
             "--size" => options.size = positive(&flag, &value()?)?,
             "--requests" => options.requests = Some(positive(&flag, &value()?)?),
+            "--start-when" => options.start_when = Some(value()?.into()),
             "--duration" => {
                 let text = value()?;
                 options.duration = text
@@ -199,6 +205,20 @@ fn load(addr: &str, options: &Options) -> ExitCode {
                 );
                 return ExitCode::FAILURE;
             }
+        }
+    }
+    if let Some(path) = &options.start_when {
+        // Connecting 10,000 sockets takes seconds, and not the same for every process: without
+        // a common start, one process sends while another still connects, and counters read
+        // "once all are sending" cover less than the requests they are divided by.
+        println!(
+            "echo_load: {} connections open in {:.3} s; connected, waiting for {}",
+            streams.len(),
+            connecting.elapsed().as_secs_f64(),
+            path.display()
+        );
+        while !path.exists() {
+            greenweave::thread::sleep(Duration::from_millis(1));
         }
     }
     println!(
