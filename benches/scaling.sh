@@ -22,6 +22,12 @@
 #   --http-connections LIST  wrk's connections (default "64 256")
 #   --echo-connections LIST  echo_load's connections (default "100 1000")
 #   --protocols LIST       "http echo" (default both)
+#   --prebuilt DIR         take the binaries from DIR instead of building them (no cargo, no
+#                          go needed): http_server, tokio_http_server, echo_server,
+#                          tokio_echo_server, echo_load, go_http_server, go_http_raw_server,
+#                          go_echo_server, and wrk if it is not on PATH; a missing Go server
+#                          is skipped. ../shared/device/bundle.sh makes such a folder
+#                          (.device-bundle/bin) for a machine that reaches no package registry.
 #
 # The defaults are this 2-core machine's three setups, load on CPU 0 in all: 1 worker on CPU 1
 # (nothing shared: the honest per-core figure), 1 worker on CPU 0 (sharing the load's CPU), and
@@ -37,8 +43,9 @@
 # on the server CPUs by taskset only). Every server process runs under `taskset -c <server
 # CPUs>`. For each run the script records requests/s (wrk's, or the sum of the echo_load
 # processes') and the server's CPU time (utime + stime of all its threads, /proc/<pid>/stat)
-# from the start of the requests (wrk's start; for echo_load, once every connection is open)
-# to the load's end, over the requests completed: CPU µs per request.
+# from the start of the requests (wrk's start; for echo_load, the moment every process, all
+# connected, is told to send: `echo_load --start-when`) to the load's end, over the requests
+# completed: CPU µs per request.
 #
 # Needs taskset (util-linux). Without wrk (Debian package wrk) it skips the HTTP runs, without
 # go (Debian package golang-go) the Go servers, and says so. Loopback only (127.0.0.1).
@@ -53,6 +60,7 @@ ROUNDS=3
 HTTP_CONNECTIONS="64 256"
 ECHO_CONNECTIONS="100 1000"
 PROTOCOLS="http echo"
+PREBUILT=""
 
 say() { printf 'scaling: %s\n' "$*" >&2; }
 die() { say "$*"; exit 1; }
@@ -72,6 +80,7 @@ while (( $# )); do
     --http-connections) HTTP_CONNECTIONS=$2 ;;
     --echo-connections) ECHO_CONNECTIONS=$2 ;;
     --protocols) PROTOCOLS=$2 ;;
+    --prebuilt) PREBUILT=$(cd "$2" && pwd) || die "--prebuilt: no folder $2" ;;
     *) die "unknown argument $1 (see --help)" ;;
   esac
   shift 2
@@ -106,8 +115,13 @@ done
 load_count=${#load_cpu_each[@]}
 
 have_wrk=1 have_go=1
+[[ -n $PREBUILT && -x $PREBUILT/wrk ]] && PATH=$PREBUILT:$PATH
 command -v wrk >/dev/null || { have_wrk=0; say "SKIPPING the HTTP runs: wrk not found (Debian package wrk)"; }
-command -v go >/dev/null || { have_go=0; say "SKIPPING the Go servers: go not found (Debian package golang-go)"; }
+if [[ -n $PREBUILT ]]; then
+  [[ -x $PREBUILT/go_echo_server ]] || { have_go=0; say "SKIPPING the Go servers: none in $PREBUILT"; }
+else
+  command -v go >/dev/null || { have_go=0; say "SKIPPING the Go servers: go not found (Debian package golang-go)"; }
+fi
 protocols=()
 for protocol in $PROTOCOLS; do
   case $protocol in
@@ -137,16 +151,26 @@ hard=$(ulimit -Hn)
 ulimit -Sn "$hard"
 
 # --- build -------------------------------------------------------------------------------------
-say "building the servers and echo_load in release"
-cargo build --quiet --release --example http_server --example tokio_http_server \
-  --example echo_server --example tokio_echo_server --example echo_load
-bin_dir=${CARGO_TARGET_DIR:-target}/release/examples
 work=$(mktemp -d)
+if [[ -n $PREBUILT ]]; then
+  bin_dir=$PREBUILT
+  for b in http_server tokio_http_server echo_server tokio_echo_server echo_load; do
+    [[ -x $bin_dir/$b ]] || die "--prebuilt: $bin_dir/$b is missing"
+  done
+else
+  say "building the servers and echo_load in release"
+  cargo build --quiet --release --example http_server --example tokio_http_server \
+    --example echo_server --example tokio_echo_server --example echo_load
+  bin_dir=${CARGO_TARGET_DIR:-target}/release/examples
+fi
 declare -A server_bin=(
   [http greenweave]=$bin_dir/http_server [http tokio]=$bin_dir/tokio_http_server
   [echo greenweave]=$bin_dir/echo_server [echo tokio]=$bin_dir/tokio_echo_server
 )
-if (( have_go )); then
+if (( have_go )) && [[ -n $PREBUILT ]]; then
+  server_bin+=([http go]=$PREBUILT/go_http_server [http go-raw]=$PREBUILT/go_http_raw_server
+               [echo go]=$PREBUILT/go_echo_server)
+elif (( have_go )); then
   say "building the Go servers ($(go version | cut -d' ' -f3))"
   export GOCACHE=${GOCACHE:-$work/go-cache}
   go build -o "$work/go_http_server" benches/go/http_server.go
@@ -237,21 +261,24 @@ run_one() {
       local share=$(( connections / load_count + (i < connections % load_count ? 1 : 0) ))
       : >"$work/load.$i" # before the wait below looks for its line (see server_log)
       taskset -c "${load_cpu_each[i]}" "$bin_dir/echo_load" --addr "$addr" \
-        --connections "$share" --duration "$DURATION" >"$work/load.$i" 2>&1 &
+        --connections "$share" --duration "$DURATION" --start-when "$work/start" \
+        >"$work/load.$i" 2>&1 &
       load_pids+=($!)
     done
   fi
-  # echo_load connects everything first, then sends (and times) requests; the server is
-  # measured from then. wrk sends as soon as each connection is up, so from its start.
+  # echo_load connects everything first, then waits for the start file and sends (and times)
+  # requests; the server is measured from then, one interval for every process. wrk sends as
+  # soon as each connection is up, so from its start.
   if [[ $protocol == echo ]]; then
     for (( i = 0; i < load_count; i++ )); do
-      wait_for_line "$work/load.$i" "; sending" "${load_pids[i]}" \
-        || die "echo_load did not start sending to $server: $(cat "$work/load.$i")"
+      wait_for_line "$work/load.$i" "connected, waiting" "${load_pids[i]}" \
+        || die "echo_load did not connect to $server: $(cat "$work/load.$i")"
     done
   fi
   m0=$(machine_ticks)
   c0=$(cpu_ticks "$server_pid")
   t0=$(date +%s%N)
+  [[ $protocol == echo ]] && touch "$work/start"
   local status=0 pid
   for pid in "${load_pids[@]}"; do wait "$pid" || status=$?; done
   load_pids=()
@@ -279,7 +306,7 @@ run_one() {
       rps=$(awk -v a="$rps" -v b="$r" 'BEGIN { print a + b }')
     done
   fi
-  rm -f "$work"/load.*
+  rm -f "$work"/load.* "$work/start"
   local figures
   figures=$(awk -v c0="$c0" -v c1="$c1" -v t0="$t0" -v t1="$t1" -v hz="$clk_tck" -v n="$requests" \
     -v m0="$m0" -v m1="$m1" -v l0="$l0" -v l1="$l1" -v lt0="$lt0" \
@@ -300,7 +327,11 @@ median() { tr ' ' '\n' | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[
 # --- the runs ----------------------------------------------------------------------------------
 declare -A result # "$protocol $connections $setup $server $round $figure" -> value
 echo "every core, greenweave vs tokio multi-thread vs Go: $(date -u '+%Y-%m-%d %H:%M UTC')"
-echo "commit $(git rev-parse --short HEAD)$([[ -z $(git status --porcelain -- src asm build.rs examples benches/go Cargo.toml) ]] || echo ' (with uncommitted changes)'), $(rustc --version)$( (( have_go )) && echo ", $(go version | cut -d' ' -f3)"), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2)"
+if [[ -n $PREBUILT ]]; then
+  echo "prebuilt binaries from $PREBUILT, $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2)"
+else
+  echo "commit $(git rev-parse --short HEAD)$([[ -z $(git status --porcelain -- src asm build.rs examples benches/go Cargo.toml) ]] || echo ' (with uncommitted changes)'), $(rustc --version)$( (( have_go )) && echo ", $(go version | cut -d' ' -f3)"), $(wrk -v 2>&1 | head -1 | cut -d' ' -f1-2)"
+fi
 echo "$(uname -sr), $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')"
 echo "load generator on CPUs $LOAD_CPUS ($load_count wrk thread(s) / echo_load process(es)); $DURATION s per run, $ROUNDS round(s)"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
