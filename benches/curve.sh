@@ -17,7 +17,8 @@
 # (any missing server is skipped); ../shared/device/bundle.sh makes such a folder
 # (.device-bundle/bin) for a machine that reaches no package registry.
 #
-# Environment: CONNS (default "100 1000 10000"), PROTOCOLS ("echo http"), DUR seconds per run
+# Environment: CONNS (default "100 1000 10000"), PROTOCOLS ("echo http"), SERVERS (a subset of
+# greenweave, tokio, mio, go, go-raw; default all), DUR seconds per run
 # (3), ROUNDS (2; the server order is reversed every other round), SERVER_CPU (0), LOAD_CPUS (a
 # taskset list, one echo_load process per entry, repeats allowed; default every allowed CPU but
 # the server's, at most 8), OUT (raw logs; default a temporary folder).
@@ -107,6 +108,9 @@ for protocol in $PROTOCOLS; do
     http) servers="greenweave tokio go-raw go"; [ -x "$B/wrk" ] || continue ;;
     *) echo "curve.sh: PROTOCOLS: echo or http, not $protocol" >&2; exit 2 ;;
   esac
+  if [ -n "${SERVERS:-}" ]; then
+    servers=$(for s in $servers; do [[ " $SERVERS " == *" $s "* ]] && echo "$s"; done)
+  fi
   (( round % 2 )) || servers=$(echo $servers | tr ' ' '\n' | tac | tr '\n' ' ')
 for conns in $CONNS; do
 for server in $servers; do
