@@ -116,6 +116,10 @@ pub(crate) struct Scheduler {
     /// allocating (at most `SPARE_TASKS`).
     spare_tasks: RefCell<Vec<Rc<Task>>>,
     runs_since_poll: Cell<u32>,
+    /// The tasks one `poll` found woken, kept between polls (empty) so that a poll allocates
+    /// nothing: taken out while in use, so a wake-up that reaches the scheduler meanwhile
+    /// finds an empty one.
+    woken_by_poll: Cell<Vec<(Rc<Task>, u64)>>,
     /// Unfinished tasks that caught their cancellation `SHUTDOWN_DELIVERIES` times, plus
     /// cancelled ones that wait for other green threads before they can end (a `thread::scope`
     /// waiting for the green threads spawned in it, see `count_waiting_for_others`): shutdown
@@ -477,6 +481,7 @@ impl Scheduler {
             id_step,
             spare_tasks: RefCell::new(Vec::new()),
             runs_since_poll: Cell::new(0),
+            woken_by_poll: Cell::new(Vec::new()),
             stubborn_tasks: Cell::new(0),
             default_stack_size,
             blocking_pool: super::offload::PoolHandle::new(max_blocking_threads),
@@ -832,14 +837,15 @@ impl Scheduler {
     /// Polls the reactor (and the remote queue) and makes woken tasks runnable.
     fn poll(&self, timeout: Option<Duration>) {
         self.runs_since_poll.set(0);
-        let mut woken = Vec::new();
+        let mut woken = self.woken_by_poll.take();
         let remote = self
             .reactor
             .poll(timeout, |task, park| woken.push((task, park)))
             .unwrap_or_else(|error| panic!("greenweave: epoll_wait failed: {error}"));
-        for (task, park) in woken {
+        for (task, park) in woken.drain(..) {
             self.unpark(task, park, Wake::Notified);
         }
+        self.woken_by_poll.set(woken);
         if remote {
             self.remote.eventfd.drain();
             // Cleared before the list is taken: a wake-up pushed after the take sets it again.
