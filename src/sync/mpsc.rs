@@ -39,6 +39,7 @@ use crate::runtime::task::{Task, TaskKey, Wait, Wake};
 
 use super::wait_queue::WaitQueue;
 
+mod capacity;
 mod select;
 
 /// State shared by the ends of one channel (all on one runtime).

@@ -69,6 +69,7 @@ use crate::runtime::budget;
 use crate::runtime::scheduler::{self, RemoteQueue, with_scheduler};
 use crate::runtime::task::{TaskKey, Wait, Wake};
 
+mod capacity;
 mod select;
 
 /// The state both ends share, behind one lock.
