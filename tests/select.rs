@@ -674,3 +674,91 @@ fn a_select_that_can_never_end_is_reported_as_a_deadlock_saying_what_it_waits_fo
         "{message}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// select_biased! and Select::new_biased (issue 25, crossbeam's surface)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn select_biased_takes_the_first_ready_branch_written_every_time() {
+    greenweave::run(|| {
+        let (first_tx, first) = mpsc::channel::<u32>();
+        let (second_tx, second) = mpsc::channel::<u32>();
+        for n in 0..100 {
+            first_tx.send(n).unwrap();
+            second_tx.send(n).unwrap();
+        }
+        let mut order = Vec::new();
+        for _ in 0..200 {
+            greenweave::select_biased! {
+                recv(first) -> n => order.push(("first", n.unwrap())),
+                recv(second) -> n => order.push(("second", n.unwrap())),
+            }
+        }
+        // The first channel is drained before the second is ever taken.
+        let expected: Vec<_> = (0..100)
+            .map(|n| ("first", n))
+            .chain((0..100).map(|n| ("second", n)))
+            .collect();
+        assert_eq!(order, expected);
+    });
+}
+
+#[test]
+fn a_biased_select_still_waits_and_takes_whichever_becomes_ready() {
+    greenweave::run(|| {
+        let (_idle_tx, idle) = mpsc::channel::<u32>();
+        let (tx, rx) = mpsc::channel::<u32>();
+        greenweave::spawn(move || tx.send(5).unwrap());
+        let mut select = Select::new_biased();
+        select.recv(&idle);
+        let later = select.recv(&rx);
+        let operation = select.select();
+        assert_eq!(operation.index(), later);
+        assert_eq!(operation.recv(&rx), Ok(5));
+    });
+}
+
+#[test]
+fn select_biased_with_default_takes_the_default_only_when_nothing_is_ready() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::channel::<u32>();
+        let first = greenweave::select_biased! {
+            recv(rx) -> _ => "recv",
+            default => "default",
+        };
+        tx.send(1).unwrap();
+        let second = greenweave::select_biased! {
+            recv(rx) -> _ => "recv",
+            default => "default",
+        };
+        assert_eq!([first, second], ["default", "recv"]);
+    });
+}
+
+#[test]
+fn ready_passes_the_wake_up_it_consumed_on_to_the_next_receiver() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::channel::<u32>();
+        let rx = Rc::new(rx);
+        // A select that only asks which operation is ready parks first, then a plain receiver.
+        let asker = {
+            let rx = rx.clone();
+            greenweave::spawn(move || {
+                let mut select = Select::new();
+                select.recv(&*rx);
+                select.ready() // and never receives
+            })
+        };
+        thread::yield_now();
+        let receiver = {
+            let rx = rx.clone();
+            greenweave::spawn(move || rx.recv())
+        };
+        thread::yield_now();
+        // One message, one wake-up, which goes to the asker, parked first: it passes it on.
+        tx.send(9).unwrap();
+        assert_eq!(asker.join().unwrap(), 0);
+        assert_eq!(receiver.join().unwrap(), Ok(9));
+    });
+}
