@@ -26,9 +26,11 @@ macro_rules! channel_kind {
     ($kind:ident) => {
         mod $kind {
             pub(super) use super::{Instant, ms};
+            pub(super) use greenweave::select;
             pub(super) use greenweave::sync::select::Select;
             pub(super) use greenweave::sync::$kind::{
-                TryRecvError, TrySendError, channel as unbounded, sync_channel as bounded,
+                RecvError, TryRecvError, TrySendError, channel as unbounded,
+                sync_channel as bounded,
             };
             pub(super) use greenweave::thread::{scope, sleep};
 
@@ -288,6 +290,45 @@ macro_rules! channel_kind {
 
                         assert_eq!(s.len(), 0);
                         assert_eq!(r.len(), 0);
+                    });
+                }
+            }
+
+            /// crossbeam-channel/tests/select_macro.rs
+            mod select_macro {
+                use super::*;
+
+                /// Issue 25, item 3: a select parked waiting to send on a rendezvous channel
+                /// meets a receive that does not park (here `select!` with `default`).
+                #[test]
+                fn try_recv() {
+                    greenweave::run(|| {
+                        let (s, r) = bounded(0);
+
+                        scope(|scope| {
+                            scope.spawn(move || {
+                                select! {
+                                    recv(r) -> _ => panic!(),
+                                    default => {}
+                                }
+                                sleep(ms(100));
+                                select! {
+                                    recv(r) -> v => assert_eq!(v, Ok(7)),
+                                    default => panic!(),
+                                }
+                                sleep(ms(10));
+                                select! {
+                                    recv(r) -> v => assert_eq!(v, Err(RecvError)),
+                                    default => panic!(),
+                                }
+                            });
+                            scope.spawn(move || {
+                                sleep(ms(20));
+                                select! {
+                                    send(s, 7) -> res => res.unwrap(),
+                                }
+                            });
+                        });
                     });
                 }
             }
@@ -1694,6 +1735,52 @@ mod timers {
                 assert!(r.recv_timeout(ms(10)).is_err());
                 let now = Instant::now();
                 assert!(now - start >= ms(20));
+            });
+        }
+    }
+}
+
+/// crossbeam-channel/tests/select_macro.rs's `try_recv` once more, for `sync::shared` with its
+/// ends on two OS threads as crossbeam's are, each in a runtime of its own (issue 25, item 3).
+mod shared_across_os_threads {
+    mod select_macro {
+        use greenweave::select;
+        use greenweave::sync::shared::{RecvError, sync_channel as bounded};
+        use greenweave::thread::sleep;
+
+        use super::super::ms;
+
+        #[test]
+        fn try_recv() {
+            let (s, r) = bounded(0);
+
+            std::thread::scope(|scope| {
+                scope.spawn(move || {
+                    greenweave::run(move || {
+                        select! {
+                            recv(r) -> _ => panic!(),
+                            default => {}
+                        }
+                        sleep(ms(300));
+                        select! {
+                            recv(r) -> v => assert_eq!(v, Ok(7)),
+                            default => panic!(),
+                        }
+                        sleep(ms(200));
+                        select! {
+                            recv(r) -> v => assert_eq!(v, Err(RecvError)),
+                            default => panic!(),
+                        }
+                    })
+                });
+                scope.spawn(move || {
+                    greenweave::run(move || {
+                        sleep(ms(20));
+                        select! {
+                            send(s, 7) -> res => res.unwrap(),
+                        }
+                    })
+                });
             });
         }
     }

@@ -762,3 +762,142 @@ fn ready_passes_the_wake_up_it_consumed_on_to_the_next_receiver() {
         assert_eq!(receiver.join().unwrap(), Ok(9));
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// A receive that does not park meets a select waiting to send on a rendezvous channel
+// (issue 25, item 3), on both channel kinds
+// ---------------------------------------------------------------------------------------------
+
+macro_rules! hand_off_tests {
+    ($kind:ident) => {
+        mod $kind {
+            use std::cell::Cell;
+            use std::rc::Rc;
+            use std::time::Duration;
+
+            use greenweave::sync::$kind::{self as channel, TryRecvError};
+            use greenweave::{select, select_biased, thread};
+
+            #[test]
+            fn a_try_recv_takes_the_message_of_a_select_waiting_to_send_on_a_rendezvous_channel() {
+                greenweave::run(|| {
+                    let (tx, rx) = channel::sync_channel::<u32>(0);
+                    let evaluated = Rc::new(Cell::new(false));
+                    let selecting = {
+                        let evaluated = evaluated.clone();
+                        greenweave::spawn(move || {
+                            select! {
+                                send(tx, { evaluated.set(true); 7 }) -> sent => sent.unwrap(),
+                            }
+                        })
+                    };
+                    thread::yield_now(); // the select parks: no receiver
+                    assert!(!evaluated.get());
+                    assert_eq!(rx.try_recv(), Ok(7));
+                    selecting.join().unwrap();
+                    assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+                });
+            }
+
+            #[test]
+            fn try_select_with_a_receive_takes_the_message_of_a_select_waiting_to_send() {
+                greenweave::run(|| {
+                    let (tx, rx) = channel::sync_channel::<u32>(0);
+                    let (_idle_tx, idle) = channel::channel::<u32>();
+                    let selecting = greenweave::spawn(move || {
+                        select! {
+                            send(tx, 8) -> sent => sent.unwrap(),
+                        }
+                    });
+                    thread::yield_now();
+                    let got = select! {
+                        recv(idle) -> _ => unreachable!("nothing is sent there"),
+                        recv(rx) -> message => message,
+                        default => panic!("the select waiting to send was not met"),
+                    };
+                    assert_eq!(got, Ok(8));
+                    selecting.join().unwrap();
+                });
+            }
+
+            #[test]
+            fn a_try_recv_whose_select_takes_another_operation_finds_the_channel_empty() {
+                greenweave::run(|| {
+                    let (tx, rx) = channel::sync_channel::<u32>(0);
+                    let (other_tx, other) = channel::channel::<&str>();
+                    let selecting = greenweave::spawn(move || {
+                        // Biased: with both ready, the receive (written first) is taken.
+                        let taken = select_biased! {
+                            recv(other) -> message => message.unwrap(),
+                            send(tx, 9) -> _ => "send",
+                        };
+                        (taken, tx)
+                    });
+                    thread::yield_now(); // the select parks
+                    other_tx.send("other").unwrap(); // ready too, in the same turn
+                    let got = greenweave::time::timeout(Duration::from_secs(10), || rx.try_recv());
+                    assert_eq!(got, Ok(Err(TryRecvError::Empty)));
+                    let (taken, tx) = selecting.join().unwrap();
+                    assert_eq!(taken, "other");
+                    // The channel is as it was: a plain send and receive still meet.
+                    let sender = greenweave::spawn(move || tx.send(10).unwrap());
+                    assert_eq!(rx.recv(), Ok(10));
+                    sender.join().unwrap();
+                });
+            }
+
+            #[test]
+            fn a_try_recv_with_no_select_waiting_to_send_lets_no_other_green_thread_run() {
+                greenweave::run(|| {
+                    let (tx, rx) = channel::sync_channel::<u32>(0);
+                    let ran = Rc::new(Cell::new(false));
+                    {
+                        let ran = ran.clone();
+                        greenweave::spawn(move || ran.set(true));
+                    }
+                    assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+                    assert!(!ran.get(), "try_recv switched");
+                    // A plain sender's message is in the channel while it waits: no switch
+                    // either.
+                    let sender = greenweave::spawn(move || tx.send(11).unwrap());
+                    thread::yield_now(); // the sender and the green thread above run
+                    ran.set(false);
+                    greenweave::spawn({
+                        let ran = ran.clone();
+                        move || ran.set(true)
+                    });
+                    assert_eq!(rx.try_recv(), Ok(11));
+                    assert!(!ran.get(), "try_recv switched");
+                    sender.join().unwrap();
+                });
+            }
+
+            #[test]
+            fn a_try_recv_whose_select_is_cancelled_before_it_looks_finds_the_channel_empty() {
+                greenweave::run(|| {
+                    let (tx, rx) = channel::sync_channel::<u32>(0);
+                    // Alive throughout: the select's unwind does not disconnect the channel
+                    // (which would wake every receive).
+                    let _sender = tx.clone();
+                    let selecting = greenweave::spawn(move || {
+                        select! {
+                            send(tx, 12) -> sent => sent.unwrap(),
+                        }
+                    });
+                    thread::yield_now(); // the select parks
+                    // It is to unwind when it runs next, before it looks at the channel: the
+                    // try_recv must not wait for a look that never comes.
+                    selecting.cancel();
+                    let got = greenweave::time::timeout(Duration::from_secs(10), || rx.try_recv());
+                    assert_eq!(got, Ok(Err(TryRecvError::Empty)));
+                    assert!(selecting.join().unwrap_err().is_cancelled());
+                });
+            }
+        }
+    };
+}
+
+mod hand_off {
+    hand_off_tests!(mpsc);
+    hand_off_tests!(shared);
+}

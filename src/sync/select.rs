@@ -68,6 +68,13 @@
 //! the next green thread waiting on B, so no message sits in a channel while its receivers
 //! sleep. The same holds for room in a bounded channel.
 //!
+//! A select that does not wait ([`Select::try_select`], [`Select::try_ready`], `default`)
+//! meets a select parked waiting to send on a rendezvous channel it receives from: that
+//! send's value does not exist until its select runs the branch, so the receive hands it the
+//! turn and takes its message (or finds the channel empty if it took another operation). It
+//! is the one case where a non-waiting select (or `try_recv`) switches; see
+//! [`mpsc`](super::mpsc) ("A receive that does not park") and [`shared`](super::shared).
+//!
 //! A select is a cancellation point and obeys [`time::timeout`](crate::time::timeout), as
 //! every park does; cancelled or timed out while parked, it takes nothing and leaves no entry
 //! in any queue.
@@ -113,6 +120,14 @@ pub(crate) trait Operation {
 
     /// What to call it in the deadlock report.
     fn kind(&self) -> OperationKind;
+
+    /// For a receive that was not ready, in a select that does not wait (`try_select`,
+    /// `try_ready`, `select!` with `default`): if a select is parked waiting to send on this
+    /// rendezvous channel, hands it the turn, as `try_recv` does, and returns whether a
+    /// message is now there (see the module documentation).
+    fn hand_off(&self) -> bool {
+        false
+    }
 
     /// The instant at which the operation becomes ready by itself, if it does (a timer
     /// channel's next message): the select's park ends then at the latest, through the
@@ -670,7 +685,16 @@ impl<'a> Select<'a> {
             {
                 return Ok(index);
             }
-            if !blocking || deadline.is_some_and(|own| own <= now) {
+            if !blocking {
+                // A rendezvous send parked in another select has no message until its green
+                // thread runs: hand it the turn, then look once more.
+                let handed_off = self.branches.iter().any(Branch::hand_off);
+                return match handed_off {
+                    true => self.pick_ready(performs).ok_or(()),
+                    false => Err(()),
+                };
+            }
+            if deadline.is_some_and(|own| own <= now) {
                 return Err(());
             }
             if timed_out && ends_select(nearest.map(|(_, at)| at)) {
@@ -873,6 +897,15 @@ impl Branch<'_> {
     fn pass_on(&self) {
         if let BranchTarget::Operation(operation) = self.target {
             operation.pass_on();
+        }
+    }
+
+    fn hand_off(&self) -> bool {
+        match self.target {
+            BranchTarget::Operation(operation) => {
+                operation.kind() == OperationKind::Recv && operation.hand_off()
+            }
+            _ => false,
         }
     }
 }
@@ -1130,7 +1163,7 @@ impl std::error::Error for ReadyTimeoutError {}
 /// | `writable(socket) => body` | the fd is writable | |
 /// | `timeout(duration) => body` | the duration has passed and nothing else is ready | |
 /// | `deadline(instant) => body` | the instant has passed and nothing else is ready | |
-/// | `default => body` | nothing is ready now: the select does not wait | |
+/// | `default => body` | nothing is ready now: the select does not wait (it lets a select waiting to send on a rendezvous channel it receives from run first: see the [module](crate::sync::select) documentation) | |
 ///
 /// Exactly one branch runs. Among the operations ready at once one is chosen at random
 /// ([`select_biased!`](crate::select_biased!) takes the first one written instead); the
