@@ -51,7 +51,7 @@ pub use std::sync::mpsc::{RecvError, RecvTimeoutError, TryRecvError};
 
 use crate::runtime::budget;
 use crate::runtime::scheduler;
-use crate::runtime::task::{Wait, Wake};
+use crate::runtime::task::Wait;
 
 mod select;
 
@@ -392,18 +392,11 @@ impl Receiver {
                 (due, deadline) => due.or(deadline),
             };
             if green {
-                let wait = if wake_at.is_some() {
-                    Wait::Sleep
-                } else {
-                    Wait::Sync("a timer channel that will receive no message (recv)")
-                };
-                // A park that cannot wait (its green thread is unwinding) times out at once,
-                // before its instant: the receive then times out too. (One with no instant
-                // panics, saying why.)
-                let wake = scheduler::park(WHAT, wait, wake_at, None, |_, _| {});
-                if wake == Wake::TimedOut && wake_at.is_some_and(|at| Instant::now() < at) {
+                if std::thread::panicking() {
+                    // A green thread does not switch while it unwinds: a timed receive times
+                    // out at once, as every timed wait then does; `recv`, which has no timeout
+                    // to report, fails as an untimed wait does (this park panics, saying why).
                     if deadline.is_none() {
-                        // `recv` has no timeout to report: fail as a wait without one does.
                         scheduler::park(
                             WHAT,
                             Wait::Sync("a timer channel (recv)"),
@@ -414,6 +407,14 @@ impl Receiver {
                     }
                     return Err(RecvTimeoutError::Timeout);
                 }
+                let wait = if wake_at.is_some() {
+                    Wait::Sleep
+                } else {
+                    Wait::Sync("a timer channel that will receive no message (recv)")
+                };
+                // However it wakes (the instant, a spurious wake-up, a `time::timeout` scope's
+                // look), the top of the loop decides.
+                scheduler::park(WHAT, wait, wake_at, None, |_, _| {});
             } else {
                 match wake_at {
                     Some(at) => std::thread::sleep(at.saturating_duration_since(now)),
