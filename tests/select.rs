@@ -674,3 +674,230 @@ fn a_select_that_can_never_end_is_reported_as_a_deadlock_saying_what_it_waits_fo
         "{message}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// select_biased! and Select::new_biased (issue 25, crossbeam's surface)
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn select_biased_takes_the_first_ready_branch_written_every_time() {
+    greenweave::run(|| {
+        let (first_tx, first) = mpsc::channel::<u32>();
+        let (second_tx, second) = mpsc::channel::<u32>();
+        for n in 0..100 {
+            first_tx.send(n).unwrap();
+            second_tx.send(n).unwrap();
+        }
+        let mut order = Vec::new();
+        for _ in 0..200 {
+            greenweave::select_biased! {
+                recv(first) -> n => order.push(("first", n.unwrap())),
+                recv(second) -> n => order.push(("second", n.unwrap())),
+            }
+        }
+        // The first channel is drained before the second is ever taken.
+        let expected: Vec<_> = (0..100)
+            .map(|n| ("first", n))
+            .chain((0..100).map(|n| ("second", n)))
+            .collect();
+        assert_eq!(order, expected);
+    });
+}
+
+#[test]
+fn a_biased_select_still_waits_and_takes_whichever_becomes_ready() {
+    greenweave::run(|| {
+        let (_idle_tx, idle) = mpsc::channel::<u32>();
+        let (tx, rx) = mpsc::channel::<u32>();
+        greenweave::spawn(move || tx.send(5).unwrap());
+        let mut select = Select::new_biased();
+        select.recv(&idle);
+        let later = select.recv(&rx);
+        let operation = select.select();
+        assert_eq!(operation.index(), later);
+        assert_eq!(operation.recv(&rx), Ok(5));
+    });
+}
+
+#[test]
+fn select_biased_with_default_takes_the_default_only_when_nothing_is_ready() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::channel::<u32>();
+        let first = greenweave::select_biased! {
+            recv(rx) -> _ => "recv",
+            default => "default",
+        };
+        tx.send(1).unwrap();
+        let second = greenweave::select_biased! {
+            recv(rx) -> _ => "recv",
+            default => "default",
+        };
+        assert_eq!([first, second], ["default", "recv"]);
+    });
+}
+
+#[test]
+fn ready_passes_the_wake_up_it_consumed_on_to_the_next_receiver() {
+    greenweave::run(|| {
+        let (tx, rx) = mpsc::channel::<u32>();
+        let rx = Rc::new(rx);
+        // A select that only asks which operation is ready parks first, then a plain receiver.
+        let asker = {
+            let rx = rx.clone();
+            greenweave::spawn(move || {
+                let mut select = Select::new();
+                select.recv(&*rx);
+                select.ready() // and never receives
+            })
+        };
+        thread::yield_now();
+        let receiver = {
+            let rx = rx.clone();
+            greenweave::spawn(move || rx.recv())
+        };
+        thread::yield_now();
+        // One message, one wake-up, which goes to the asker, parked first: it passes it on.
+        tx.send(9).unwrap();
+        assert_eq!(asker.join().unwrap(), 0);
+        assert_eq!(receiver.join().unwrap(), Ok(9));
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// A receive that does not park meets a select waiting to send on a rendezvous channel
+// (issue 25, item 3), on both channel kinds
+// ---------------------------------------------------------------------------------------------
+
+macro_rules! hand_off_tests {
+    ($kind:ident) => {
+        mod $kind {
+            use std::cell::Cell;
+            use std::rc::Rc;
+            use std::time::Duration;
+
+            use greenweave::sync::$kind::{self as channel, TryRecvError};
+            use greenweave::{select, select_biased, thread};
+
+            #[test]
+            fn a_try_recv_takes_the_message_of_a_select_waiting_to_send_on_a_rendezvous_channel() {
+                greenweave::run(|| {
+                    let (tx, rx) = channel::sync_channel::<u32>(0);
+                    let evaluated = Rc::new(Cell::new(false));
+                    let selecting = {
+                        let evaluated = evaluated.clone();
+                        greenweave::spawn(move || {
+                            select! {
+                                send(tx, { evaluated.set(true); 7 }) -> sent => sent.unwrap(),
+                            }
+                        })
+                    };
+                    thread::yield_now(); // the select parks: no receiver
+                    assert!(!evaluated.get());
+                    assert_eq!(rx.try_recv(), Ok(7));
+                    selecting.join().unwrap();
+                    assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+                });
+            }
+
+            #[test]
+            fn try_select_with_a_receive_takes_the_message_of_a_select_waiting_to_send() {
+                greenweave::run(|| {
+                    let (tx, rx) = channel::sync_channel::<u32>(0);
+                    let (_idle_tx, idle) = channel::channel::<u32>();
+                    let selecting = greenweave::spawn(move || {
+                        select! {
+                            send(tx, 8) -> sent => sent.unwrap(),
+                        }
+                    });
+                    thread::yield_now();
+                    let got = select! {
+                        recv(idle) -> _ => unreachable!("nothing is sent there"),
+                        recv(rx) -> message => message,
+                        default => panic!("the select waiting to send was not met"),
+                    };
+                    assert_eq!(got, Ok(8));
+                    selecting.join().unwrap();
+                });
+            }
+
+            #[test]
+            fn a_try_recv_whose_select_takes_another_operation_finds_the_channel_empty() {
+                greenweave::run(|| {
+                    let (tx, rx) = channel::sync_channel::<u32>(0);
+                    let (other_tx, other) = channel::channel::<&str>();
+                    let selecting = greenweave::spawn(move || {
+                        // Biased: with both ready, the receive (written first) is taken.
+                        let taken = select_biased! {
+                            recv(other) -> message => message.unwrap(),
+                            send(tx, 9) -> _ => "send",
+                        };
+                        (taken, tx)
+                    });
+                    thread::yield_now(); // the select parks
+                    other_tx.send("other").unwrap(); // ready too, in the same turn
+                    let got = greenweave::time::timeout(Duration::from_secs(10), || rx.try_recv());
+                    assert_eq!(got, Ok(Err(TryRecvError::Empty)));
+                    let (taken, tx) = selecting.join().unwrap();
+                    assert_eq!(taken, "other");
+                    // The channel is as it was: a plain send and receive still meet.
+                    let sender = greenweave::spawn(move || tx.send(10).unwrap());
+                    assert_eq!(rx.recv(), Ok(10));
+                    sender.join().unwrap();
+                });
+            }
+
+            #[test]
+            fn a_try_recv_with_no_select_waiting_to_send_lets_no_other_green_thread_run() {
+                greenweave::run(|| {
+                    let (tx, rx) = channel::sync_channel::<u32>(0);
+                    let ran = Rc::new(Cell::new(false));
+                    {
+                        let ran = ran.clone();
+                        greenweave::spawn(move || ran.set(true));
+                    }
+                    assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+                    assert!(!ran.get(), "try_recv switched");
+                    // A plain sender's message is in the channel while it waits: no switch
+                    // either.
+                    let sender = greenweave::spawn(move || tx.send(11).unwrap());
+                    thread::yield_now(); // the sender and the green thread above run
+                    ran.set(false);
+                    greenweave::spawn({
+                        let ran = ran.clone();
+                        move || ran.set(true)
+                    });
+                    assert_eq!(rx.try_recv(), Ok(11));
+                    assert!(!ran.get(), "try_recv switched");
+                    sender.join().unwrap();
+                });
+            }
+
+            #[test]
+            fn a_try_recv_whose_select_is_cancelled_before_it_looks_finds_the_channel_empty() {
+                greenweave::run(|| {
+                    let (tx, rx) = channel::sync_channel::<u32>(0);
+                    // Alive throughout: the select's unwind does not disconnect the channel
+                    // (which would wake every receive).
+                    let _sender = tx.clone();
+                    let selecting = greenweave::spawn(move || {
+                        select! {
+                            send(tx, 12) -> sent => sent.unwrap(),
+                        }
+                    });
+                    thread::yield_now(); // the select parks
+                    // It is to unwind when it runs next, before it looks at the channel: the
+                    // try_recv must not wait for a look that never comes.
+                    selecting.cancel();
+                    let got = greenweave::time::timeout(Duration::from_secs(10), || rx.try_recv());
+                    assert_eq!(got, Ok(Err(TryRecvError::Empty)));
+                    assert!(selecting.join().unwrap_err().is_cancelled());
+                });
+            }
+        }
+    };
+}
+
+mod hand_off {
+    hand_off_tests!(mpsc);
+    hand_off_tests!(shared);
+}

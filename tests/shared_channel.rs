@@ -627,3 +627,21 @@ fn a_select_send_on_a_shared_rendezvous_is_taken_once_a_receiver_waits_on_anothe
     });
     assert_eq!(receiver.join().unwrap(), Ok("hand-off"));
 }
+
+#[test]
+fn a_try_recv_on_a_plain_os_thread_takes_the_message_of_a_select_waiting_to_send_in_a_runtime() {
+    let (tx, rx) = shared::sync_channel::<u32>(0);
+    let selecting = std::thread::spawn(move || {
+        greenweave::run(move || {
+            greenweave::select! {
+                send(tx, 13) -> sent => sent.unwrap(),
+            }
+        })
+    });
+    // Long enough for the select to park (a margin, not a measurement: a select that has not
+    // parked yet leaves the channel empty, and the try_recv below then fails the test).
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(rx.try_recv(), Ok(13));
+    selecting.join().unwrap();
+    assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
+}

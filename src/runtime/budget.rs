@@ -19,7 +19,9 @@
 //! `Event::wait`, `WaitGroup::wait`, and their timed variants). What does not, as in tokio:
 //! the `try_` calls (`try_recv`, `try_send`, `try_lock`, `try_acquire`...) and an unbounded
 //! channel's `send`, which never park, so that they never switch either: code may rely on a
-//! `try_` call not letting another green thread run in the middle of its work.
+//! `try_` call not letting another green thread run in the middle of its work (the one
+//! exception, a receive that meets a select waiting to send on a rendezvous channel, is in
+//! `sync::mpsc`'s documentation).
 //!
 //! Owns: the budget counter (one thread-local `Cell<u32>`), [`spend`] and [`refill`].
 //! May not: park (only yield), or cost the operations' fast path more than a decrement and a

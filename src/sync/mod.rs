@@ -18,6 +18,7 @@ mod rwlock;
 pub mod select;
 mod semaphore;
 pub mod shared;
+pub mod timer_channel;
 mod wait_group;
 pub(crate) mod wait_queue;
 

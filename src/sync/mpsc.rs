@@ -6,6 +6,19 @@
 //! `RecvTimeoutError`, `TrySendError`), so code written against std's channels matches on the
 //! same variants.
 //!
+//! **A receive that does not park.** `try_recv`, and a receive in a select that does not wait
+//! ([`Select::try_select`](super::select::Select::try_select), `try_ready`, [`select!`](crate::select!)
+//! with `default`), never switches, with one exception: on a rendezvous channel
+//! (`sync_channel(0)`) with no message, where a select is parked waiting to send. That
+//! select's message does not exist yet (a select evaluates a send's value only once it has
+//! chosen it), so the receive hands it the turn, as a receiver that parks would: it wakes the
+//! select, counting as a receiver present, and yields once (the ready queue is FIFO, so the
+//! select looks before the receive resumes). It then returns the message, or `Empty` if the
+//! select took another of its operations. As in Go and crossbeam, a select waiting to send
+//! thus meets a receive that does not wait; the cost is a switch, only then: with no such
+//! select the answer is `Empty` at once, and a plain sender's message is in the channel while
+//! it waits.
+//!
 //! ```
 //! use greenweave::sync::mpsc;
 //!
@@ -39,6 +52,7 @@ use crate::runtime::task::{Task, TaskKey, Wait, Wake};
 
 use super::wait_queue::WaitQueue;
 
+mod capacity;
 mod select;
 
 /// State shared by the ends of one channel (all on one runtime).
@@ -58,6 +72,10 @@ struct Shared<T> {
     receivers_waiting: WaitQueue,
     /// Senders of a bounded channel waiting for room (or for their message to be taken).
     senders_waiting: WaitQueue,
+    /// Receives that do not park (`try_recv`, a select's `default`) handing the turn to a
+    /// select waiting to send on this rendezvous channel: they count as a receiver present
+    /// for that select's look (see `Receiver::hand_off`).
+    receivers_handing_off: Cell<usize>,
     /// Messages from other OS threads, once a remote sender exists (set once, never removed).
     inbox: OnceCell<Arc<Inbox<T>>>,
 }
@@ -73,6 +91,7 @@ impl<T> Shared<T> {
             receiver_alive: Cell::new(true),
             receivers_waiting: WaitQueue::new(),
             senders_waiting: WaitQueue::new(),
+            receivers_handing_off: Cell::new(0),
             inbox: OnceCell::new(),
         })
     }
@@ -527,10 +546,18 @@ impl<T> Receiver<T> {
     }
 
     /// Takes a message if one is there, without parking.
+    ///
+    /// On a rendezvous channel where a select is parked waiting to send (whose message does
+    /// not exist until its green thread runs the send's branch), it lets that green thread
+    /// run first: the one case where a `try_` call switches (see the module documentation,
+    /// "A receive that does not park").
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
         match self.take() {
             Some(message) => Ok(message),
             None if self.is_disconnected() => Err(TryRecvError::Disconnected),
+            None if self.shared.bound == Some(0) && self.hand_off() => {
+                self.take().ok_or(TryRecvError::Empty)
+            }
             None => Err(TryRecvError::Empty),
         }
     }

@@ -2,16 +2,20 @@
 //! `Select`. [`Select`] is the builder, [`select!`](crate::select!) the macro over it.
 //!
 //! An operation is a receive ([`mpsc::Receiver`](super::mpsc::Receiver),
-//! [`oneshot::Receiver`](super::oneshot::Receiver), [`shared::Receiver`](super::shared::Receiver)),
+//! [`oneshot::Receiver`](super::oneshot::Receiver), [`shared::Receiver`](super::shared::Receiver),
+//! and the timer channels' [`timer_channel::Receiver`](super::timer_channel::Receiver)),
 //! a send ([`mpsc::Sender`](super::mpsc::Sender), [`mpsc::SyncSender`](super::mpsc::SyncSender),
 //! [`shared::Sender`](super::shared::Sender), [`shared::SyncSender`](super::shared::SyncSender)),
 //! the end of a green thread
 //! ([`JoinHandle`]), a green socket or [`io::Async`](crate::io::Async) becoming readable or
 //! writable, or a deadline. A select waits (parking only its green thread) until one of them
 //! is *ready*, that is, would complete without waiting, and returns it, chosen at random among
-//! those ready at once; the caller then completes that one operation. So exactly one is taken,
-//! and nothing is lost from the others: a message not received stays in its channel, and the
-//! value of a send not chosen never left the caller (it is passed only to the completion).
+//! those ready at once (or the first one added: [`Select::new_biased`],
+//! [`select_biased!`](crate::select_biased!)); the caller then completes that one operation.
+//! So exactly one is taken, and nothing is lost from the others: a message not received stays
+//! in its channel, and the value of a send not chosen never left the caller (it is passed only
+//! to the completion). [`Select::ready`] and its variants only say which operation is ready,
+//! and leave it to the caller to perform it (crossbeam's `ready`).
 //!
 //! ```
 //! use std::time::Duration;
@@ -64,6 +68,13 @@
 //! the next green thread waiting on B, so no message sits in a channel while its receivers
 //! sleep. The same holds for room in a bounded channel.
 //!
+//! A select that does not wait ([`Select::try_select`], [`Select::try_ready`], `default`)
+//! meets a select parked waiting to send on a rendezvous channel it receives from: that
+//! send's value does not exist until its select runs the branch, so the receive hands it the
+//! turn and takes its message (or finds the channel empty if it took another operation). It
+//! is the one case where a non-waiting select (or `try_recv`) switches; see
+//! [`mpsc`](super::mpsc) ("A receive that does not park") and [`shared`](super::shared).
+//!
 //! A select is a cancellation point and obeys [`time::timeout`](crate::time::timeout), as
 //! every park does; cancelled or timed out while parked, it takes nothing and leaves no entry
 //! in any queue.
@@ -109,6 +120,21 @@ pub(crate) trait Operation {
 
     /// What to call it in the deadlock report.
     fn kind(&self) -> OperationKind;
+
+    /// For a receive that was not ready, in a select that does not wait (`try_select`,
+    /// `try_ready`, `select!` with `default`): if a select is parked waiting to send on this
+    /// rendezvous channel, hands it the turn, as `try_recv` does, and returns whether a
+    /// message is now there (see the module documentation).
+    fn hand_off(&self) -> bool {
+        false
+    }
+
+    /// The instant at which the operation becomes ready by itself, if it does (a timer
+    /// channel's next message): the select's park ends then at the latest, through the
+    /// scheduler's timer.
+    fn ready_at(&self) -> Option<Instant> {
+        None
+    }
 
     /// Whether another OS thread may make it ready (an end of a `sync::shared` channel,
     /// whose other end is `Send`): the deadlock report then leaves the select alone.
@@ -187,9 +213,10 @@ pub(crate) mod sealed {
 use sealed::{Operand, Sealed, Target};
 
 /// The receiving end of a channel, for [`Select::recv`] and [`SelectedOperation::recv`]:
-/// [`mpsc::Receiver`](super::mpsc::Receiver), [`oneshot::Receiver`](super::oneshot::Receiver)
-/// and [`shared::Receiver`](super::shared::Receiver) (and references and `Rc`s to them: green
-/// threads share a receiver through an `Rc`). Sealed.
+/// [`mpsc::Receiver`](super::mpsc::Receiver), [`oneshot::Receiver`](super::oneshot::Receiver),
+/// [`shared::Receiver`](super::shared::Receiver) and
+/// [`timer_channel::Receiver`](super::timer_channel::Receiver) (and references and `Rc`s to
+/// them: green threads share a receiver through an `Rc`). Sealed.
 pub trait ReceiveEnd: Sealed {
     /// The type of the messages.
     type Message;
@@ -283,7 +310,9 @@ enum BranchTarget<'a> {
 /// operation's index; then [`select`](Select::select) (or [`try_select`](Select::try_select),
 /// the non-blocking select with a default, or [`select_timeout`](Select::select_timeout))
 /// returns the [`SelectedOperation`]. Complete it with the matching method: `recv` or `send`
-/// with the same channel, `join` with the handle; the others need nothing.
+/// with the same channel, `join` with the handle; the others need nothing. Or ask only which
+/// operation is ready, with [`ready`](Select::ready), [`try_ready`](Select::try_ready) or
+/// [`ready_timeout`](Select::ready_timeout), and perform it yourself.
 ///
 /// A `Select` can be used for several selects in a row; each looks at every operation afresh.
 ///
@@ -308,16 +337,57 @@ enum BranchTarget<'a> {
 /// ```
 pub struct Select<'a> {
     branches: Vec<Branch<'a>>,
+    /// Picks the first ready operation in the order they were added, instead of one at random
+    /// ([`Select::new_biased`]).
+    biased: bool,
     /// A select's branches are waited on by its own green thread only (`!Send`).
     marker: PhantomData<*mut ()>,
 }
 
 impl<'a> Select<'a> {
-    /// A select with no operations yet.
+    /// A select with no operations yet. Among the operations ready at once it picks one at
+    /// random, so that none is starved.
+    ///
+    /// ```
+    /// use greenweave::sync::select::Select;
+    ///
+    /// let select = Select::new();
+    /// # drop(select);
+    /// ```
     pub fn new() -> Select<'a> {
         Select {
             branches: Vec::new(),
+            biased: false,
             marker: PhantomData,
+        }
+    }
+
+    /// A select with no operations yet that, among the operations ready at once, picks the
+    /// one added first (crossbeam's `Select::new_biased`; the builder under
+    /// [`select_biased!`](crate::select_biased!)). A priority order: an operation that is
+    /// always ready starves those added after it.
+    ///
+    /// ```
+    /// use greenweave::sync::mpsc;
+    /// use greenweave::sync::select::Select;
+    ///
+    /// greenweave::run(|| {
+    ///     let (urgent_tx, urgent) = mpsc::channel();
+    ///     let (normal_tx, normal) = mpsc::channel();
+    ///     normal_tx.send("normal").unwrap();
+    ///     urgent_tx.send("urgent").unwrap();
+    ///     let mut select = Select::new_biased();
+    ///     let first = select.recv(&urgent);
+    ///     select.recv(&normal);
+    ///     let operation = select.select();
+    ///     assert_eq!(operation.index(), first); // both are ready: the first one added wins
+    ///     assert_eq!(operation.recv(&urgent), Ok("urgent"));
+    /// });
+    /// ```
+    pub fn new_biased() -> Select<'a> {
+        Select {
+            biased: true,
+            ..Select::new()
         }
     }
 
@@ -407,8 +477,8 @@ impl<'a> Select<'a> {
             !self.branches.is_empty(),
             "greenweave: Select::select with no operations would wait for ever"
         );
-        match self.run("Select::select", None, true) {
-            Ok(selected) => selected,
+        match self.run("Select::select", None, true, true) {
+            Ok(index) => self.selected(index),
             Err(()) => unreachable!("a select with no deadline ends only with an operation"),
         }
     }
@@ -434,7 +504,8 @@ impl<'a> Select<'a> {
     /// });
     /// ```
     pub fn try_select(&mut self) -> Result<SelectedOperation, TrySelectError> {
-        self.run("Select::try_select", None, false)
+        self.run("Select::try_select", None, false, true)
+            .map(|index| self.selected(index))
             .map_err(|()| TrySelectError)
     }
 
@@ -448,7 +519,8 @@ impl<'a> Select<'a> {
         timeout: Duration,
     ) -> Result<SelectedOperation, SelectTimeoutError> {
         let deadline = Instant::now().checked_add(timeout);
-        self.run("Select::select_timeout", deadline, true)
+        self.run("Select::select_timeout", deadline, true, true)
+            .map(|index| self.selected(index))
             .map_err(|()| SelectTimeoutError)
     }
 
@@ -460,25 +532,142 @@ impl<'a> Select<'a> {
         &mut self,
         deadline: Instant,
     ) -> Result<SelectedOperation, SelectTimeoutError> {
-        self.run("Select::select_deadline", Some(deadline), true)
+        self.run("Select::select_deadline", Some(deadline), true, true)
+            .map(|index| self.selected(index))
             .map_err(|()| SelectTimeoutError)
     }
 
-    /// The loop of every select: look, and park until something may have changed. `Err` when
-    /// nothing was ready and `deadline` passed (or, not `blocking`, at once).
+    /// Waits until one operation is ready and returns its index, without performing it
+    /// (crossbeam's `Select::ready`): the caller then performs it with the channel's own
+    /// method, `try_recv` or `try_send` (which may find it not ready after all: another green
+    /// thread or OS thread may have been first, so be ready to loop), or not at all.
+    ///
+    /// Unlike [`select`](Select::select), it consumes no wake-up: one that woke it through
+    /// a channel is passed on to the next green thread waiting there, so an operation that the
+    /// caller does not perform leaves nobody asleep in front of a message (another waiter may
+    /// wake for nothing instead, and wait again).
+    ///
+    /// # Panics
+    /// As [`select`](Select::select).
+    ///
+    /// ```
+    /// use greenweave::sync::mpsc;
+    /// use greenweave::sync::select::Select;
+    ///
+    /// greenweave::run(|| {
+    ///     let (tx, rx) = mpsc::channel();
+    ///     greenweave::spawn(move || tx.send(10).unwrap());
+    ///     let mut select = Select::new();
+    ///     let receive = select.recv(&rx);
+    ///     assert_eq!(select.ready(), receive);
+    ///     assert_eq!(rx.try_recv(), Ok(10)); // the caller performs it
+    /// });
+    /// ```
+    pub fn ready(&mut self) -> usize {
+        assert!(
+            !self.branches.is_empty(),
+            "greenweave: Select::ready with no operations would wait for ever"
+        );
+        match self.run("Select::ready", None, true, false) {
+            Ok(index) => index,
+            Err(()) => unreachable!("a select with no deadline ends only with an operation"),
+        }
+    }
+
+    /// The index of an operation that is ready now, without waiting and without performing
+    /// it (crossbeam's `Select::try_ready`; see [`ready`](Select::ready)). Deadlines that
+    /// have passed count as ready.
+    ///
+    /// # Errors
+    /// [`TryReadyError`] if none is ready.
+    ///
+    /// ```
+    /// use greenweave::sync::mpsc;
+    /// use greenweave::sync::select::Select;
+    ///
+    /// greenweave::run(|| {
+    ///     let (tx, rx) = mpsc::sync_channel::<u8>(1);
+    ///     let mut select = Select::new();
+    ///     let receive = select.recv(&rx);
+    ///     assert!(select.try_ready().is_err());
+    ///     tx.send(1).unwrap();
+    ///     assert_eq!(select.try_ready(), Ok(receive));
+    ///     assert_eq!(select.try_ready(), Ok(receive)); // still there: nothing was taken
+    ///     assert_eq!(rx.try_recv(), Ok(1));
+    /// });
+    /// ```
+    pub fn try_ready(&mut self) -> Result<usize, TryReadyError> {
+        self.run("Select::try_ready", None, false, false)
+            .map_err(|()| TryReadyError)
+    }
+
+    /// Waits as [`ready`](Select::ready) does, at most `timeout`.
+    ///
+    /// # Errors
+    /// [`ReadyTimeoutError`] if no operation became ready in time.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use greenweave::sync::mpsc;
+    /// use greenweave::sync::select::{ReadyTimeoutError, Select};
+    ///
+    /// greenweave::run(|| {
+    ///     let (_tx, rx) = mpsc::channel::<u8>();
+    ///     let mut select = Select::new();
+    ///     select.recv(&rx);
+    ///     let waited = select.ready_timeout(Duration::from_millis(1));
+    ///     assert_eq!(waited, Err(ReadyTimeoutError));
+    /// });
+    /// ```
+    pub fn ready_timeout(&mut self, timeout: Duration) -> Result<usize, ReadyTimeoutError> {
+        let deadline = Instant::now().checked_add(timeout);
+        self.run("Select::ready_timeout", deadline, true, false)
+            .map_err(|()| ReadyTimeoutError)
+    }
+
+    /// Waits as [`ready`](Select::ready) does, until `deadline` at the latest.
+    ///
+    /// # Errors
+    /// [`ReadyTimeoutError`] if no operation became ready in time.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use greenweave::sync::mpsc;
+    /// use greenweave::sync::select::Select;
+    ///
+    /// greenweave::run(|| {
+    ///     let (tx, rx) = mpsc::channel::<u8>();
+    ///     tx.send(3).unwrap();
+    ///     let mut select = Select::new();
+    ///     let receive = select.recv(&rx);
+    ///     let deadline = Instant::now() + Duration::from_secs(5);
+    ///     assert_eq!(select.ready_deadline(deadline), Ok(receive));
+    /// });
+    /// ```
+    pub fn ready_deadline(&mut self, deadline: Instant) -> Result<usize, ReadyTimeoutError> {
+        self.run("Select::ready_deadline", Some(deadline), true, false)
+            .map_err(|()| ReadyTimeoutError)
+    }
+
+    /// The loop of every select: look, and park until something may have changed; returns
+    /// the index of the operation chosen. `Err` when nothing was ready and `deadline` passed
+    /// (or, not `blocking`, at once). `performs`: the caller completes the chosen operation
+    /// (a select), so a wake-up consumed through it is used; otherwise (`ready`) it is
+    /// passed on too.
     fn run(
         &mut self,
         what: &'static str,
         deadline: Option<Instant>,
         blocking: bool,
-    ) -> Result<SelectedOperation, ()> {
+        performs: bool,
+    ) -> Result<usize, ()> {
         for branch in &self.branches {
             branch.consumed.set(false);
         }
         let mut timed_out = false;
         loop {
-            if let Some(index) = self.pick_ready() {
-                return Ok(self.selected(index));
+            if let Some(index) = self.pick_ready(performs) {
+                return Ok(index);
             }
             // Nothing else is ready: a deadline that has passed is. After a park that timed
             // out, the nearest deadline counts as passed (a park made while unwinding times
@@ -494,9 +683,18 @@ impl<'a> Select<'a> {
                 && (at <= now || timed_out)
                 && !ends_select(Some(at))
             {
-                return Ok(self.selected(index));
+                return Ok(index);
             }
-            if !blocking || deadline.is_some_and(|own| own <= now) {
+            if !blocking {
+                // A rendezvous send parked in another select has no message until its green
+                // thread runs: hand it the turn, then look once more.
+                let handed_off = self.branches.iter().any(Branch::hand_off);
+                return match handed_off {
+                    true => self.pick_ready(performs).ok_or(()),
+                    false => Err(()),
+                };
+            }
+            if deadline.is_some_and(|own| own <= now) {
                 return Err(());
             }
             if timed_out && ends_select(nearest.map(|(_, at)| at)) {
@@ -506,13 +704,24 @@ impl<'a> Select<'a> {
                 (Some(branch), Some(own)) => Some(branch.min(own)),
                 (branch, own) => branch.or(own),
             };
-            timed_out = self.park(what, park_deadline) == Wake::TimedOut;
+            // An operation that becomes ready by itself (a timer channel) ends the park at
+            // its instant; that end is not the timeout of a deadline, and the look at the top
+            // of the loop finds the operation ready.
+            let operation_at = self.nearest_ready_at();
+            let (park_deadline, by_operation) = match (operation_at, park_deadline) {
+                (Some(operation), Some(other)) if operation < other => (Some(operation), true),
+                (Some(operation), None) => (Some(operation), true),
+                (_, other) => (other, false),
+            };
+            timed_out = self.park(what, park_deadline) == Wake::TimedOut && !by_operation;
         }
     }
 
-    /// Looks at every operation but the deadlines and picks one of the ready ones, uniformly
-    /// at random; passes on the wake-ups this select consumed through the others.
-    fn pick_ready(&self) -> Option<usize> {
+    /// Looks at every operation but the deadlines and picks one of the ready ones (uniformly
+    /// at random, or the first one added if the select is biased); passes on the wake-ups
+    /// this select consumed through the others, and through the chosen one too unless the
+    /// caller `performs` it.
+    fn pick_ready(&self, performs: bool) -> Option<usize> {
         let mut ready = 0;
         for branch in &self.branches {
             let is_ready = branch.is_ready();
@@ -522,7 +731,11 @@ impl<'a> Select<'a> {
         if ready == 0 {
             return None;
         }
-        let nth = if ready == 1 { 0 } else { random_below(ready) };
+        let nth = if ready == 1 || self.biased {
+            0
+        } else {
+            random_below(ready)
+        };
         let (chosen, _) = self
             .branches
             .iter()
@@ -530,11 +743,22 @@ impl<'a> Select<'a> {
             .filter(|(_, branch)| branch.ready.get())
             .nth(nth)?;
         for (index, branch) in self.branches.iter().enumerate() {
-            if index != chosen && branch.consumed.get() && branch.ready.get() {
+            if (index != chosen || !performs) && branch.consumed.get() && branch.ready.get() {
                 branch.pass_on();
             }
         }
         Some(chosen)
+    }
+
+    /// The nearest instant at which an operation becomes ready by itself.
+    fn nearest_ready_at(&self) -> Option<Instant> {
+        self.branches
+            .iter()
+            .filter_map(|branch| match branch.target {
+                BranchTarget::Operation(operation) => operation.ready_at(),
+                _ => None,
+            })
+            .min()
     }
 
     /// The deadline branch that passes first (the first added, among equal ones).
@@ -673,6 +897,15 @@ impl Branch<'_> {
     fn pass_on(&self) {
         if let BranchTarget::Operation(operation) = self.target {
             operation.pass_on();
+        }
+    }
+
+    fn hand_off(&self) -> bool {
+        match self.target {
+            BranchTarget::Operation(operation) => {
+                operation.kind() == OperationKind::Recv && operation.hand_off()
+            }
+            _ => false,
         }
     }
 }
@@ -892,6 +1125,30 @@ impl fmt::Display for SelectTimeoutError {
 
 impl std::error::Error for SelectTimeoutError {}
 
+/// [`Select::try_ready`] found no operation ready.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TryReadyError;
+
+impl fmt::Display for TryReadyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("no operation of the select was ready")
+    }
+}
+
+impl std::error::Error for TryReadyError {}
+
+/// [`Select::ready_timeout`] or [`Select::ready_deadline`] found no operation ready in time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadyTimeoutError;
+
+impl fmt::Display for ReadyTimeoutError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("timed out waiting for an operation of the select to become ready")
+    }
+}
+
+impl std::error::Error for ReadyTimeoutError {}
+
 /// Waits for the first of several operations and runs the branch of the one taken: Go's
 /// `select`, over [`Select`](crate::sync::select::Select).
 ///
@@ -906,10 +1163,11 @@ impl std::error::Error for SelectTimeoutError {}
 /// | `writable(socket) => body` | the fd is writable | |
 /// | `timeout(duration) => body` | the duration has passed and nothing else is ready | |
 /// | `deadline(instant) => body` | the instant has passed and nothing else is ready | |
-/// | `default => body` | nothing is ready now: the select does not wait | |
+/// | `default => body` | nothing is ready now: the select does not wait (it lets a select waiting to send on a rendezvous channel it receives from run first: see the [module](crate::sync::select) documentation) | |
 ///
-/// Exactly one branch runs. Among the operations ready at once one is chosen at random;
-/// the others lose nothing: `value` is evaluated only if its send is taken, and `handle` (a
+/// Exactly one branch runs. Among the operations ready at once one is chosen at random
+/// ([`select_biased!`](crate::select_biased!) takes the first one written instead); the
+/// others lose nothing: `value` is evaluated only if its send is taken, and `handle` (a
 /// variable) is moved only if its join is taken. `rx`, `tx` and `socket` are evaluated once,
 /// and may be references. A branch body may `break`, `continue` or `return` as in a `match`.
 ///
@@ -1092,6 +1350,41 @@ macro_rules! select {
     };
     ($($branches:tt)+) => {{
         let mut __select = $crate::sync::select::Select::new();
+        $crate::select!(@branch (__select, __operation) {} {} $($branches)+)
+    }};
+}
+
+/// [`select!`](crate::select!) with a priority order: among the operations ready at once, the
+/// branch written first is taken, instead of one at random (crossbeam's `select_biased!`, Go
+/// has none). Same branches, same rules, over [`Select::new_biased`].
+///
+/// An operation that is always ready starves the branches written after it; use it for a
+/// priority (a shutdown signal before the work queue), not for fairness.
+///
+/// ```
+/// use greenweave::select_biased;
+/// use greenweave::sync::mpsc;
+///
+/// greenweave::run(|| {
+///     let (quit_tx, quit) = mpsc::channel::<()>();
+///     let (jobs_tx, jobs) = mpsc::channel::<u32>();
+///     jobs_tx.send(1).unwrap();
+///     quit_tx.send(()).unwrap();
+///     let stopped = select_biased! {
+///         recv(quit) -> _ => true, // written first: wins while both are ready
+///         recv(jobs) -> _ => false,
+///     };
+///     assert!(stopped);
+///     assert_eq!(jobs.try_recv(), Ok(1)); // the job was left in its channel
+/// });
+/// ```
+#[macro_export]
+macro_rules! select_biased {
+    () => {
+        ::core::compile_error!("select_biased! needs at least one branch")
+    };
+    ($($branches:tt)+) => {{
+        let mut __select = $crate::sync::select::Select::new_biased();
         $crate::select!(@branch (__select, __operation) {} {} $($branches)+)
     }};
 }

@@ -45,6 +45,16 @@
 //! ([`SelectedOperation::send`](super::select::SelectedOperation::send)), which then waits for
 //! room as a plain send does.
 //!
+//! **A receive that does not park.** `try_recv`, and a receive in a select that does not wait
+//! (`try_select`, `try_ready`, `select!` with `default`), never waits, with one exception: on
+//! a rendezvous channel with no message, where a select is waiting to send. That select's
+//! message does not exist until its thread runs the send's branch, so the receive wakes it as
+//! an arriving receiver does, first in line for its message, and waits (parking its green
+//! thread, or blocking its OS thread: the select may run on any OS thread) until the select has
+//! sent, or has taken another operation and no other select waiting to send takes the turn.
+//! It then returns the message, or `Empty`. `sync::mpsc` has the same rule (there the wait is
+//! one yield).
+//!
 //! **The deadlock report.** A green thread waiting on a shared channel whose other end is alive
 //! can be woken from another OS thread, which its runtime cannot see, so its runtime never
 //! reports it as deadlocked: like std's channels, a receive whose sender is held (and never
@@ -69,6 +79,7 @@ use crate::runtime::budget;
 use crate::runtime::scheduler::{self, RemoteQueue, with_scheduler};
 use crate::runtime::task::{TaskKey, Wait, Wake};
 
+mod capacity;
 mod select;
 
 /// The state both ends share, behind one lock.
@@ -137,6 +148,11 @@ impl Waker {
 
 /// The `seq` of a select's entry among the waiting senders: no message has it.
 const SELECT_SEQ: u64 = u64::MAX;
+
+/// The `seq` of a receive that does not park (`try_recv`, a select's `default`) among the
+/// waiting receivers, while it hands the turn to a select waiting to send (see
+/// `Receiver::hand_off`).
+const HAND_OFF_SEQ: u64 = u64::MAX - 1;
 
 /// Which list of waiters a wait is in.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -355,9 +371,13 @@ impl<'a, T> Registration<'a, T> {
         let id = state.next_waiter;
         state.next_waiter += 1;
         self.id = Some(id);
-        state
-            .waiters(self.side)
-            .push_back(Waiter { id, seq, waker });
+        let waiter = Waiter { id, seq, waker };
+        if seq == HAND_OFF_SEQ {
+            // First in line for the message of the select it woke.
+            state.receivers.push_front(waiter);
+        } else {
+            state.waiters(self.side).push_back(waiter);
+        }
     }
 }
 
@@ -765,6 +785,11 @@ impl<T> Receiver<T> {
     /// assert_eq!(rx.try_recv(), Ok(7));
     /// assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
     /// ```
+    ///
+    /// On a rendezvous channel where a select is parked waiting to send (whose message does
+    /// not exist until its thread runs the send's branch), it waits for that select to send
+    /// or to take another operation: the one case where a `try_` call waits (see the module
+    /// documentation, "A receive that does not park").
     pub fn try_recv(&self) -> Result<T, TryRecvError> {
         let mut state = self.chan.lock();
         match state.take(self.chan.bound) {
@@ -774,6 +799,17 @@ impl<T> Receiver<T> {
                 Ok(message)
             }
             None if state.senders == 0 => Err(TryRecvError::Disconnected),
+            None if self.chan.bound == Some(0) => {
+                drop(state);
+                if !self.hand_off() {
+                    return Err(TryRecvError::Empty);
+                }
+                let mut state = self.chan.lock();
+                let (message, sender) = state.take(self.chan.bound).ok_or(TryRecvError::Empty)?;
+                drop(state);
+                wake(sender);
+                Ok(message)
+            }
             None => Err(TryRecvError::Empty),
         }
     }

@@ -4,9 +4,10 @@
 //!
 //! May not: change what the plain operations do; a select waits in the same queues as they do.
 
+use std::cell::Cell;
 use std::rc::Rc;
 
-use crate::runtime::scheduler::with_scheduler;
+use crate::runtime::scheduler::{self, with_scheduler};
 use crate::runtime::task::Task;
 use crate::sync::select::sealed::{Operand, Sealed};
 use crate::sync::select::{Operation, OperationKind, ReceiveEnd, SendEnd};
@@ -63,6 +64,49 @@ impl<T> Operation for Receiver<T> {
 
     fn kind(&self) -> OperationKind {
         OperationKind::Recv
+    }
+
+    fn hand_off(&self) -> bool {
+        self.hand_off()
+    }
+}
+
+impl<T> Receiver<T> {
+    /// A receive that does not park, on a rendezvous channel whose queue is empty: if a
+    /// select is parked waiting to send here, wakes it with this receive counted as a
+    /// receiver present, and yields once. The ready queue is FIFO, so that select runs
+    /// before this green thread resumes: it either sends (its message is then in the
+    /// channel, and this returns true) or takes another operation. A try_ call switches
+    /// only here, and only when such a select exists.
+    pub(super) fn hand_off(&self) -> bool {
+        let shared = &self.shared;
+        if shared.bound != Some(0)
+            || !shared.queue.is_empty()
+            || !scheduler::in_green_thread()
+            || std::thread::panicking()
+        {
+            return false;
+        }
+        /// Counts the receive as present for the select's look, until it has looked (and on
+        /// the way out of an unwind: the yield is a cancellation point).
+        struct Present<'a>(&'a Cell<usize>);
+        impl Drop for Present<'_> {
+            fn drop(&mut self) {
+                self.0.set(self.0.get() - 1);
+            }
+        }
+        shared
+            .receivers_handing_off
+            .set(shared.receivers_handing_off.get() + 1);
+        let present = Present(&shared.receivers_handing_off);
+        // With the queue empty, the parked waiters of a rendezvous channel's senders are
+        // selects (a plain sender's message is in the queue while it waits).
+        if !shared.senders_waiting.notify_one() {
+            return false;
+        }
+        scheduler::yield_now("Receiver::try_recv");
+        drop(present);
+        !shared.queue.is_empty()
     }
 }
 
@@ -122,7 +166,11 @@ impl<T> Shared<T> {
         }
         match self.bound {
             None => true,
-            Some(0) => self.queue.is_empty() && self.receivers_waiting.has_parked_waiter(),
+            Some(0) => {
+                self.queue.is_empty()
+                    && (self.receivers_waiting.has_parked_waiter()
+                        || self.receivers_handing_off.get() > 0)
+            }
             Some(bound) => self.queue.len() < bound,
         }
     }

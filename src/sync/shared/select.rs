@@ -18,8 +18,8 @@ use crate::sync::select::{Operation, OperationKind, ReceiveEnd, SendEnd};
 use crate::sync::wait_queue::Registration;
 
 use super::{
-    Chan, Receiver, RecvError, SELECT_SEQ, SendError, Sender, Side, State, SyncSender, Waiter,
-    Waker, wake,
+    Chan, HAND_OFF_SEQ, Receiver, RecvError, Registration as ChannelRegistration, SELECT_SEQ,
+    SendError, Sender, Side, State, SyncSender, Waiter, Waker, wake, wake_all,
 };
 
 impl<T> Chan<T> {
@@ -77,8 +77,77 @@ impl<T> Chan<T> {
                 waiters.remove(at);
                 false
             }
-            None => true,
+            None => {
+                if side == Side::Send && self.bound == Some(0) && std::thread::panicking() {
+                    // Woken by a receiver's arrival, and unwound before its look: the look
+                    // that would have sent or passed the turn on never comes.
+                    let next = self.receiver_not_met(&mut state);
+                    drop(state);
+                    wake_all(next);
+                }
+                true
+            }
         }
+    }
+
+    /// A select waiting to send on this rendezvous channel, woken by a receiver's arrival,
+    /// will not send (it took another operation, or is unwinding): the next select waiting to
+    /// send gets the turn, or, if there is none, every receive that does not park and waits
+    /// for such a select (`Receiver::hand_off`) is told that no message comes.
+    fn receiver_not_met(&self, state: &mut State<T>) -> Vec<Waker> {
+        if let Some(next) = state.select_sender() {
+            return vec![next];
+        }
+        let (hand_offs, others) = std::mem::take(&mut state.receivers)
+            .into_iter()
+            .partition::<Vec<_>, _>(|waiter| waiter.seq == HAND_OFF_SEQ);
+        state.receivers = others.into();
+        hand_offs.into_iter().map(|waiter| waiter.waker).collect()
+    }
+}
+
+impl<T> Receiver<T> {
+    /// A receive that does not park, on a rendezvous channel whose queue is empty: if a
+    /// select is waiting to send here, wakes it as a receiver's arrival does, with this
+    /// receive first in line for its message, and waits (parking this green thread, or
+    /// blocking this OS thread) until that select has sent (then returns true: the message is
+    /// in the channel) or has taken another operation and no other select waiting to send
+    /// takes the turn. The select may run on any OS thread, so this cannot be a yield.
+    pub(super) fn hand_off(&self) -> bool {
+        const WHAT: &str = "a shared rendezvous channel (try_recv, handing off to a select)";
+        let chan = &*self.chan;
+        if chan.bound != Some(0) || std::thread::panicking() {
+            return false;
+        }
+        let select_waits = |state: &State<T>| {
+            state
+                .senders_waiting
+                .iter()
+                .any(|waiter| waiter.seq == SELECT_SEQ)
+        };
+        let mut registration = ChannelRegistration::new(chan, Side::Receive);
+        let mut state = chan.lock();
+        if !state.queue.is_empty() || state.senders == 0 || !select_waits(&state) {
+            return false;
+        }
+        drop(state);
+        loop {
+            registration.wait(WHAT, HAND_OFF_SEQ, None, |state| {
+                !state.queue.is_empty() || state.senders == 0 || !select_waits(state)
+            });
+            state = chan.lock();
+            // Still in the list: not woken by the select or by its passing the turn on (a
+            // spurious wake-up, or a `time::timeout` scope's look): wait again.
+            let waiting = registration
+                .id
+                .is_some_and(|id| state.receivers.iter().any(|waiter| waiter.id == id));
+            if !waiting || !state.queue.is_empty() || state.senders == 0 {
+                break;
+            }
+            drop(state);
+        }
+        registration.leave(&mut state);
+        !state.queue.is_empty()
     }
 }
 
@@ -137,6 +206,10 @@ impl<T> Operation for Receiver<T> {
 
     fn may_be_woken_from_another_thread(&self) -> bool {
         true
+    }
+
+    fn hand_off(&self) -> bool {
+        self.hand_off()
     }
 }
 
@@ -209,12 +282,16 @@ impl<T> Operation for SyncSender<T> {
     fn pass_on(&self) {
         let mut state = self.chan.lock();
         let next = match self.chan.bound {
-            Some(0) => None, // a receiver's arrival wakes one select at a time
-            _ if self.chan.has_room(&state) => state.senders_waiting.pop_front(),
-            _ => None,
+            // A receiver's arrival woke this select, which took another operation.
+            Some(0) => self.chan.receiver_not_met(&mut state),
+            _ if self.chan.has_room(&state) => {
+                let next = state.senders_waiting.pop_front();
+                next.map(|waiter| waiter.waker).into_iter().collect()
+            }
+            _ => Vec::new(),
         };
         drop(state);
-        wake(next.map(|waiter| waiter.waker));
+        wake_all(next);
     }
 
     fn kind(&self) -> OperationKind {
