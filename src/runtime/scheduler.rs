@@ -25,6 +25,7 @@ use crate::greenlet::World;
 use crate::stack::Stack;
 use crate::sys::eventfd::EventFd;
 
+use super::metrics::{HotCounters, WorkerMetrics};
 use super::reactor::{Reactor, ScheduledIo};
 use super::ring::Ring;
 use super::stall::StallWatch;
@@ -37,6 +38,12 @@ const SPARE_TASKS: usize = 64;
 /// How many green threads run between two non-blocking polls of epoll when the ready queue
 /// never empties, so a green thread looping on `yield_now` cannot starve I/O.
 const RUNS_BETWEEN_POLLS: u32 = 61;
+
+/// How many polls without blocking (one per `RUNS_BETWEEN_POLLS` runs of a busy ready queue)
+/// make one publication of the metrics and one scheduling delay sample: each costs a few dozen
+/// instructions (two clock reads for a sample), which a busy queue then pays once per 488
+/// runs. Every poll that could block publishes and samples.
+const POLLS_PER_SAMPLE: u32 = 8;
 
 /// What `run_until` does when nothing can wake any remaining task.
 #[derive(Clone, Copy)]
@@ -115,7 +122,25 @@ pub(crate) struct Scheduler {
     /// Finished tasks nothing else refers to, kept so a spawn can reuse one instead of
     /// allocating (at most `SPARE_TASKS`).
     spare_tasks: RefCell<Vec<Rc<Task>>>,
-    runs_since_poll: Cell<u32>,
+    /// Green threads the loop runs before its next stop: a poll for I/O, or the end of a
+    /// scheduling delay sample (`Scheduler::stop`). Counted down, so the loop's test is a
+    /// decrement and a branch.
+    countdown: Cell<u32>,
+    /// What `countdown` was set to last; with `runs_before` it counts every run, for the
+    /// metrics.
+    countdown_start: Cell<u32>,
+    /// Green threads run before `countdown` was last set.
+    runs_before: Cell<u64>,
+    /// The time a scheduling delay sample started, while one is under way (see
+    /// `Scheduler::begin_period`), and the runs left to the next poll once it ends.
+    delay_sample: Cell<Option<(Instant, u32)>>,
+    /// Polls without blocking so far (wrapping): one in `POLLS_PER_SAMPLE` publishes the
+    /// metrics and starts a scheduling delay sample.
+    polls_without_blocking: Cell<u32>,
+    /// The metrics' counts of the hot paths, published into `metrics` at each poll.
+    hot_counters: HotCounters,
+    /// This worker's counters, readable from any thread (`runtime::metrics`).
+    pub(crate) metrics: Arc<WorkerMetrics>,
     /// Unfinished tasks that caught their cancellation `SHUTDOWN_DELIVERIES` times, plus
     /// cancelled ones that wait for other green threads before they can end (a `thread::scope`
     /// waiting for the green threads spawned in it, see `count_waiting_for_others`): shutdown
@@ -157,6 +182,12 @@ impl ReadyQueue {
     fn is_empty(&self) -> bool {
         // SAFETY: as in `push_back`.
         unsafe { (*self.tasks.get()).is_empty() }
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        // SAFETY: as in `push_back`.
+        unsafe { (*self.tasks.get()).len() }
     }
 
     /// Drops every queued task, after emptying the queue: dropping a task can run its
@@ -464,6 +495,8 @@ impl Scheduler {
         let first_id = worker.index as u64 + 1;
         reactor.register_remote(std::os::fd::AsRawFd::as_raw_fd(&remote.eventfd))?;
         let stall = stall_report.map(StallWatch::start).transpose()?;
+        let metrics = worker.pool.metrics(worker.index).clone();
+        let blocking_pool = super::offload::PoolHandle::new(max_blocking_threads, metrics.clone());
         Ok(Rc::new(Scheduler {
             reactor,
             worker,
@@ -476,10 +509,16 @@ impl Scheduler {
             next_id: Cell::new(first_id),
             id_step,
             spare_tasks: RefCell::new(Vec::new()),
-            runs_since_poll: Cell::new(0),
+            countdown: Cell::new(RUNS_BETWEEN_POLLS),
+            countdown_start: Cell::new(RUNS_BETWEEN_POLLS),
+            runs_before: Cell::new(0),
+            delay_sample: Cell::new(None),
+            polls_without_blocking: Cell::new(0),
+            hot_counters: HotCounters::default(),
+            metrics,
             stubborn_tasks: Cell::new(0),
             default_stack_size,
-            blocking_pool: super::offload::PoolHandle::new(max_blocking_threads),
+            blocking_pool,
             stall,
         }))
     }
@@ -530,6 +569,9 @@ impl Scheduler {
         std::mem::forget(empty);
         self.tasks.borrow_mut().fill(task.clone());
         self.ready.push_back(task.clone());
+        self.metrics.spawned();
+        #[cfg(feature = "tracing")]
+        super::trace::spawned(&task);
         task
     }
 
@@ -641,6 +683,8 @@ impl Scheduler {
     /// Queues a parked `task` to run, woken for `wake`.
     #[inline(always)]
     fn make_runnable(&self, task: Rc<Task>, wake: Wake) {
+        #[cfg(feature = "tracing")]
+        super::trace::woken(&task, wake);
         task.state.set(TaskState::Runnable);
         task.wake.set(wake);
         task.waiting.set(None);
@@ -655,6 +699,7 @@ impl Scheduler {
             if done() {
                 return true;
             }
+            self.begin_period(true);
             // Run ready tasks in FIFO order; a task that yields goes to the back. Every
             // RUNS_BETWEEN_POLLS runs, timers and I/O get a turn even if the queue never
             // empties, so `yield_now` loops cannot starve them (and a busy queue does not pay a
@@ -664,13 +709,13 @@ impl Scheduler {
                     break;
                 };
                 self.run_task(task);
+                let left = self.countdown.get() - 1;
+                self.countdown.set(left);
+                if left == 0 {
+                    self.stop();
+                }
                 if done() {
                     return true;
-                }
-                let runs = self.runs_since_poll.get() + 1;
-                self.runs_since_poll.set(runs);
-                if runs >= RUNS_BETWEEN_POLLS {
-                    self.poll_without_blocking();
                 }
             }
             // Nothing is ready: wait for I/O until the nearest deadline.
@@ -705,6 +750,8 @@ impl Scheduler {
             if let Some(watch) = &self.stall {
                 watch.idle();
             }
+            // What a reader on another thread sees while this worker waits is exact.
+            self.publish_metrics();
             self.poll(timeout);
             self.fire_timers();
         }
@@ -714,7 +761,6 @@ impl Scheduler {
     /// the loop does every `RUNS_BETWEEN_POLLS` runs, and a green thread whose budget is spent
     /// before it yields (`budget`), so that what it kept waiting runs before it does again.
     pub(crate) fn poll_without_blocking(&self) {
-        self.runs_since_poll.set(0);
         // Only what could have something to say: the clock when a timer is set, epoll when an
         // fd is registered or another thread may wake us. A pure compute-and-yield program
         // makes no system call here.
@@ -724,6 +770,72 @@ impl Scheduler {
         if self.reactor.has_registrations() || self.remote_may_wake() {
             self.poll(Some(Duration::ZERO));
         }
+        let polls = self.polls_without_blocking.get().wrapping_add(1);
+        self.polls_without_blocking.set(polls);
+        self.begin_period(polls % POLLS_PER_SAMPLE == 0);
+    }
+
+    /// The loop's stop after `countdown` runs: the end of a scheduling delay sample (the green
+    /// thread it measures runs next), or a poll. Out of line: once per 61 runs at most.
+    #[cold]
+    #[inline(never)]
+    fn stop(&self) {
+        if let Some((started, runs_left)) = self.delay_sample.take() {
+            self.metrics.record_delay(started.elapsed());
+            if runs_left > 0 {
+                self.count_down(runs_left);
+                return;
+            }
+        }
+        self.poll_without_blocking();
+    }
+
+    /// Sets the loop's countdown to its next stop to `runs`, counting the runs of the one
+    /// before for the metrics.
+    fn count_down(&self, runs: u32) {
+        let ran = self.countdown_start.get() - self.countdown.get();
+        self.runs_before
+            .set(self.runs_before.get() + u64::from(ran));
+        self.countdown_start.set(runs);
+        self.countdown.set(runs);
+    }
+
+    /// Starts the loop's next period after a poll: counts down to the next poll and, if
+    /// `sample`, publishes the metrics and starts a scheduling delay sample for the green
+    /// thread at the back of the ready queue (it runs `ahead` runs from now, or `ahead + 1` if
+    /// a green thread runs now: this is a poll from its budget), ended by `stop` when it is
+    /// next.
+    fn begin_period(&self, sample: bool) {
+        if !sample {
+            self.delay_sample.set(None);
+            self.count_down(RUNS_BETWEEN_POLLS);
+            return;
+        }
+        self.publish_metrics();
+        let queued = self.ready.len() as u32;
+        let ahead = queued.saturating_sub(1) + u32::from(!self.current.get().is_null());
+        self.delay_sample.set(None);
+        if queued == 0 || ahead >= RUNS_BETWEEN_POLLS {
+            self.count_down(RUNS_BETWEEN_POLLS);
+        } else if ahead == 0 {
+            // It runs next: nothing in between, no clock to read.
+            self.metrics.record_delay(Duration::ZERO);
+            self.count_down(RUNS_BETWEEN_POLLS);
+        } else {
+            self.delay_sample
+                .set(Some((Instant::now(), RUNS_BETWEEN_POLLS - ahead)));
+            self.count_down(ahead);
+        }
+    }
+
+    /// Makes the hot paths' counts readable from other threads (`runtime::metrics`).
+    pub(crate) fn publish_metrics(&self) {
+        // Runs completed: one under way (a green thread that asks for the metrics) is not
+        // counted until it parks, yields or ends.
+        let runs =
+            self.runs_before.get() + u64::from(self.countdown_start.get() - self.countdown.get());
+        self.hot_counters
+            .publish(&self.metrics, runs, self.ready.len());
     }
 
     /// Always inlined into the loop: a frame of its own costs a dozen instructions per switch.
@@ -736,6 +848,8 @@ impl Scheduler {
             self.stall_entering(&task);
         }
         self.current.set(Rc::as_ptr(&task));
+        #[cfg(feature = "tracing")]
+        let spans_below = super::trace::switch_in(&task);
         task.greenlets.enter();
         let outcome = {
             let mut coroutine = task.coroutine.borrow_mut();
@@ -745,6 +859,8 @@ impl Scheduler {
             coroutine.resume(wake)
         };
         task.greenlets.leave();
+        #[cfg(feature = "tracing")]
+        super::trace::switch_out(&task, spans_below);
         self.current.set(std::ptr::null());
         match outcome {
             CoroutineResult::Yield(Suspend::Yield) => {
@@ -755,7 +871,10 @@ impl Scheduler {
                 // SAFETY: the request is in the frame of the `park` that just suspended this
                 // task, which is alive until the task is resumed, and so is the `io` it borrows
                 // (an argument of that `park`); nothing resumes it before `arm_park` returns.
-                self.arm_park(task, unsafe { request.as_ref() })
+                let request = unsafe { request.as_ref() };
+                #[cfg(feature = "tracing")]
+                super::trace::parked(&task, &request.wait);
+                self.arm_park(task, request)
             }
             CoroutineResult::Return(()) => self.finish(task),
         }
@@ -780,6 +899,8 @@ impl Scheduler {
     }
 
     fn finish(&self, task: Rc<Task>) {
+        #[cfg(feature = "tracing")]
+        super::trace::finished(&task);
         task.state.set(TaskState::Finished);
         if task.is_stubborn() {
             self.stubborn_tasks.set(self.stubborn_tasks.get() - 1);
@@ -792,6 +913,8 @@ impl Scheduler {
         drop(task.coroutine.borrow_mut().take());
         task.greenlets.end();
         self.tasks.borrow_mut().remove(task.slot);
+        self.hot_counters.finished();
+        self.metrics.ended(1);
         if let Some((joiner, park)) = task.joiner.take() {
             self.unpark(joiner, park, Wake::Notified);
         }
@@ -831,12 +954,13 @@ impl Scheduler {
 
     /// Polls the reactor (and the remote queue) and makes woken tasks runnable.
     fn poll(&self, timeout: Option<Duration>) {
-        self.runs_since_poll.set(0);
         let mut woken = Vec::new();
-        let remote = self
+        let (remote, ready) = self
             .reactor
             .poll(timeout, |task, park| woken.push((task, park)))
             .unwrap_or_else(|error| panic!("greenweave: epoll_wait failed: {error}"));
+        self.metrics
+            .io_polled(ready, timeout != Some(Duration::ZERO));
         for (task, park) in woken {
             self.unpark(task, park, Wake::Notified);
         }
@@ -942,6 +1066,7 @@ impl Scheduler {
         }
         self.timers.borrow_mut().clear();
         let leftovers = self.tasks.borrow_mut().drain();
+        self.metrics.ended(leftovers.len());
         self.stubborn_tasks.set(0);
         for task in leftovers {
             let coroutine = task.abandon();
@@ -955,6 +1080,7 @@ impl Scheduler {
             task.end_coroutine(coroutine, stubborn || std::thread::panicking());
         }
         self.ready.clear();
+        self.publish_metrics();
     }
 }
 
@@ -1134,7 +1260,12 @@ pub(crate) fn park(
     mut register: impl FnMut(&Rc<Task>, u64),
 ) -> Wake {
     let io = io.as_deref();
-    let task = with_scheduler(what, |scheduler| scheduler.current_task_ref());
+    let (task, counters) = with_scheduler(what, |scheduler| {
+        (
+            scheduler.current_task_ref(),
+            &raw const scheduler.hot_counters,
+        )
+    });
     if std::thread::panicking() {
         return wait_while_unwinding(what, wait, deadline);
     }
@@ -1151,6 +1282,7 @@ pub(crate) fn park(
     let park = task.park_number.get() + 1;
     task.park_number.set(park);
     register(&task, park);
+    count_park(counters, &wait);
     let request = ParkRequest {
         wait,
         deadline: effective_deadline,
@@ -1212,7 +1344,12 @@ pub(crate) fn park_uninterruptible_until(
     deadline: Option<Instant>,
     mut register: impl FnMut(&Rc<Task>, u64),
 ) -> Wake {
-    let task = with_scheduler(what, |scheduler| scheduler.current_task_ref());
+    let (task, counters) = with_scheduler(what, |scheduler| {
+        (
+            scheduler.current_task_ref(),
+            &raw const scheduler.hot_counters,
+        )
+    });
     if std::thread::panicking() {
         return wait_while_unwinding(what, wait, deadline);
     }
@@ -1221,6 +1358,7 @@ pub(crate) fn park_uninterruptible_until(
     let park = task.park_number.get() + 1;
     task.park_number.set(park);
     register(&task, park);
+    count_park(counters, &wait);
     let request = ParkRequest {
         wait,
         deadline,
@@ -1229,6 +1367,17 @@ pub(crate) fn park_uninterruptible_until(
     // As in `park`: the scheduler reads the request right after the switch.
     let request = NonNull::from(&request).cast::<ParkRequest<'static>>();
     suspend_to_scheduler(&task, Suspend::Park(request))
+}
+
+/// Counts a park for `wait` in the metrics of the scheduler whose `counters` these are, from
+/// the parking green thread: `park` is inlined into its caller, where the kind of wait is a
+/// constant, so this is one increment at a fixed offset (counted by the scheduler from the
+/// request, it would first have to work the variant out of `Wait`'s layout).
+#[inline(always)]
+fn count_park(counters: *const HotCounters, wait: &Wait) {
+    // SAFETY: `counters` is in the scheduler running this green thread, which outlives every
+    // park of it (the pointer comes from `with_scheduler` in the same park).
+    unsafe { (*counters).park(wait) }
 }
 
 /// What a park does when its green thread is unwinding (a destructor that waits, run during
