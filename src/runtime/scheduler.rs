@@ -126,14 +126,14 @@ pub(crate) struct Scheduler {
     /// scheduling delay sample (`Scheduler::stop`). Counted down, so the loop's test is a
     /// decrement and a branch.
     countdown: Cell<u32>,
-    /// What `countdown` was set to last; with `runs_before` it counts every run, for the
-    /// metrics.
-    countdown_start: Cell<u32>,
-    /// Green threads run before `countdown` was last set.
-    runs_before: Cell<u64>,
-    /// The time a scheduling delay sample started, while one is under way (see
-    /// `Scheduler::begin_period`), and the runs left to the next poll once it ends.
-    delay_sample: Cell<Option<(Instant, u32)>>,
+    /// How many green threads the loop will have run when `countdown` reaches zero: with it,
+    /// the count of runs, for the metrics (`runs_end - countdown`).
+    runs_end: Cell<u64>,
+    /// While a scheduling delay sample is under way (see `Scheduler::begin_period`): the
+    /// runs from its end to the next poll, never zero; zero while none is.
+    sample_runs_after: Cell<u32>,
+    /// When the scheduling delay sample under way started.
+    sample_started: Cell<Option<Instant>>,
     /// Polls without blocking so far (wrapping): one in `POLLS_PER_SAMPLE` publishes the
     /// metrics and starts a scheduling delay sample.
     polls_without_blocking: Cell<u32>,
@@ -510,9 +510,9 @@ impl Scheduler {
             id_step,
             spare_tasks: RefCell::new(Vec::new()),
             countdown: Cell::new(RUNS_BETWEEN_POLLS),
-            countdown_start: Cell::new(RUNS_BETWEEN_POLLS),
-            runs_before: Cell::new(0),
-            delay_sample: Cell::new(None),
+            runs_end: Cell::new(u64::from(RUNS_BETWEEN_POLLS)),
+            sample_runs_after: Cell::new(0),
+            sample_started: Cell::new(None),
             polls_without_blocking: Cell::new(0),
             hot_counters: HotCounters::default(),
             metrics,
@@ -699,7 +699,7 @@ impl Scheduler {
             if done() {
                 return true;
             }
-            self.begin_period(true);
+            self.begin_period();
             // Run ready tasks in FIFO order; a task that yields goes to the back. Every
             // RUNS_BETWEEN_POLLS runs, timers and I/O get a turn even if the queue never
             // empties, so `yield_now` loops cannot starve them (and a busy queue does not pay a
@@ -709,13 +709,15 @@ impl Scheduler {
                     break;
                 };
                 self.run_task(task);
+                if done() {
+                    // The countdown does not see this run: count it for the metrics.
+                    self.runs_end.set(self.runs_end.get() + 1);
+                    return true;
+                }
                 let left = self.countdown.get() - 1;
                 self.countdown.set(left);
                 if left == 0 {
                     self.stop();
-                }
-                if done() {
-                    return true;
                 }
             }
             // Nothing is ready: wait for I/O until the nearest deadline.
@@ -772,7 +774,12 @@ impl Scheduler {
         }
         let polls = self.polls_without_blocking.get().wrapping_add(1);
         self.polls_without_blocking.set(polls);
-        self.begin_period(polls % POLLS_PER_SAMPLE == 0);
+        if polls % POLLS_PER_SAMPLE == 0 {
+            self.begin_period();
+        } else {
+            self.sample_runs_after.set(0);
+            self.count_down(RUNS_BETWEEN_POLLS);
+        }
     }
 
     /// The loop's stop after `countdown` runs: the end of a scheduling delay sample (the green
@@ -780,41 +787,47 @@ impl Scheduler {
     #[cold]
     #[inline(never)]
     fn stop(&self) {
-        if let Some((started, runs_left)) = self.delay_sample.take() {
-            self.metrics.record_delay(started.elapsed());
-            if runs_left > 0 {
-                self.count_down(runs_left);
-                return;
-            }
+        let runs_after = self.sample_runs_after.get();
+        if runs_after != 0 {
+            self.end_delay_sample(runs_after);
+        } else {
+            self.poll_without_blocking();
         }
-        self.poll_without_blocking();
     }
 
-    /// Sets the loop's countdown to its next stop to `runs`, counting the runs of the one
-    /// before for the metrics.
+    /// Ends the scheduling delay sample under way (its green thread runs next) and counts
+    /// down the `runs_after` runs left to the next poll.
+    #[inline(never)]
+    fn end_delay_sample(&self, runs_after: u32) {
+        self.sample_runs_after.set(0);
+        if let Some(started) = self.sample_started.get() {
+            self.metrics.record_delay(started.elapsed());
+        }
+        self.count_down(runs_after);
+    }
+
+    /// The green threads run so far.
+    fn runs(&self) -> u64 {
+        self.runs_end.get() - u64::from(self.countdown.get())
+    }
+
+    /// Sets the loop's countdown to its next stop to `runs`.
+    #[inline]
     fn count_down(&self, runs: u32) {
-        let ran = self.countdown_start.get() - self.countdown.get();
-        self.runs_before
-            .set(self.runs_before.get() + u64::from(ran));
-        self.countdown_start.set(runs);
+        self.runs_end.set(self.runs() + u64::from(runs));
         self.countdown.set(runs);
     }
 
-    /// Starts the loop's next period after a poll: counts down to the next poll and, if
-    /// `sample`, publishes the metrics and starts a scheduling delay sample for the green
-    /// thread at the back of the ready queue (it runs `ahead` runs from now, or `ahead + 1` if
-    /// a green thread runs now: this is a poll from its budget), ended by `stop` when it is
-    /// next.
-    fn begin_period(&self, sample: bool) {
-        if !sample {
-            self.delay_sample.set(None);
-            self.count_down(RUNS_BETWEEN_POLLS);
-            return;
-        }
+    /// Starts the loop's next period after a poll: publishes the metrics, counts down to the
+    /// next poll, and starts a scheduling delay sample for the green thread at the back of
+    /// the ready queue (it runs `ahead` runs from now, or `ahead + 1` if a green thread runs
+    /// now: this is a poll from its budget), ended by `stop` when it is next.
+    #[inline(never)]
+    fn begin_period(&self) {
         self.publish_metrics();
         let queued = self.ready.len() as u32;
         let ahead = queued.saturating_sub(1) + u32::from(!self.current.get().is_null());
-        self.delay_sample.set(None);
+        self.sample_runs_after.set(0);
         if queued == 0 || ahead >= RUNS_BETWEEN_POLLS {
             self.count_down(RUNS_BETWEEN_POLLS);
         } else if ahead == 0 {
@@ -822,8 +835,8 @@ impl Scheduler {
             self.metrics.record_delay(Duration::ZERO);
             self.count_down(RUNS_BETWEEN_POLLS);
         } else {
-            self.delay_sample
-                .set(Some((Instant::now(), RUNS_BETWEEN_POLLS - ahead)));
+            self.sample_started.set(Some(Instant::now()));
+            self.sample_runs_after.set(RUNS_BETWEEN_POLLS - ahead);
             self.count_down(ahead);
         }
     }
@@ -832,10 +845,8 @@ impl Scheduler {
     pub(crate) fn publish_metrics(&self) {
         // Runs completed: one under way (a green thread that asks for the metrics) is not
         // counted until it parks, yields or ends.
-        let runs =
-            self.runs_before.get() + u64::from(self.countdown_start.get() - self.countdown.get());
         self.hot_counters
-            .publish(&self.metrics, runs, self.ready.len());
+            .publish(&self.metrics, self.runs(), self.ready.len());
     }
 
     /// Always inlined into the loop: a frame of its own costs a dozen instructions per switch.
