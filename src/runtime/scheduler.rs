@@ -860,7 +860,7 @@ impl Scheduler {
         }
         self.current.set(Rc::as_ptr(&task));
         #[cfg(feature = "tracing")]
-        let spans_below = super::trace::switch_in(&task);
+        super::trace::switch_in(&task);
         task.greenlets.enter();
         let outcome = {
             let mut coroutine = task.coroutine.borrow_mut();
@@ -871,7 +871,7 @@ impl Scheduler {
         };
         task.greenlets.leave();
         #[cfg(feature = "tracing")]
-        super::trace::switch_out(&task, spans_below);
+        super::trace::switch_out(&task);
         self.current.set(std::ptr::null());
         match outcome {
             CoroutineResult::Yield(Suspend::Yield) => {

@@ -28,14 +28,20 @@ use tracing::{Id, dispatcher};
 
 use super::task::{Task, Wait, Wake};
 
-/// The spans a green thread had entered when it last switched out, outermost first.
+/// A green thread's spans: those it had entered when it last switched out, outermost first,
+/// and while it runs, the span that was current when it was switched in (kept here rather
+/// than on the scheduler's stack, so that nothing of it is live across the switch).
 #[derive(Default)]
-pub(crate) struct TaskSpans(RefCell<Vec<Id>>);
+pub(crate) struct TaskSpans {
+    entered: RefCell<Vec<Id>>,
+    below: RefCell<Option<Id>>,
+}
 
 impl TaskSpans {
     /// Forgets the spans of a finished task, for reuse.
     pub(crate) fn reset(&self) {
-        self.0.borrow_mut().clear();
+        self.entered.borrow_mut().clear();
+        self.below.borrow_mut().take();
     }
 }
 
@@ -44,41 +50,41 @@ impl TaskSpans {
 /// reports).
 const MAX_SPANS: usize = 1024;
 
-/// Before `task` is switched in: enters again the spans it had entered when it switched out,
-/// and returns the span current before them, which its switch-out restores.
+/// Before `task` is switched in: notes the span current now (its switch-out goes back down
+/// to it) and enters again the spans it had entered when it switched out.
 #[inline(always)]
-pub(crate) fn switch_in(task: &Task) -> Option<Id> {
-    if !dispatcher::has_been_set() {
-        return None;
+pub(crate) fn switch_in(task: &Task) {
+    if dispatcher::has_been_set() {
+        enter_spans(task);
     }
-    enter_spans(task)
 }
 
+#[cold]
 #[inline(never)]
-fn enter_spans(task: &Task) -> Option<Id> {
+fn enter_spans(task: &Task) {
     dispatcher::get_default(|dispatch| {
-        let baseline = dispatch.current_span().id().cloned();
-        for id in task.spans.0.borrow().iter() {
+        *task.spans.below.borrow_mut() = dispatch.current_span().id().cloned();
+        for id in task.spans.entered.borrow().iter() {
             dispatch.enter(id);
         }
-        baseline
-    })
+    });
 }
 
 /// After `task` switched out (parked, yielded or finished): exits the spans it entered and
-/// still holds, down to `baseline` (what [`switch_in`] returned), and keeps them in the task.
+/// still holds, down to the one current at its switch-in, and keeps them in the task.
 #[inline(always)]
-pub(crate) fn switch_out(task: &Task, baseline: Option<Id>) {
-    if !dispatcher::has_been_set() {
-        return;
+pub(crate) fn switch_out(task: &Task) {
+    if dispatcher::has_been_set() {
+        exit_spans(task);
     }
-    exit_spans(task, baseline);
 }
 
+#[cold]
 #[inline(never)]
-fn exit_spans(task: &Task, baseline: Option<Id>) {
+fn exit_spans(task: &Task) {
+    let baseline = task.spans.below.borrow_mut().take();
     dispatcher::get_default(|dispatch| {
-        let mut spans = task.spans.0.borrow_mut();
+        let mut spans = task.spans.entered.borrow_mut();
         spans.clear();
         while spans.len() < MAX_SPANS {
             let current = dispatch.current_span();
