@@ -774,7 +774,7 @@ impl Scheduler {
         }
         let polls = self.polls_without_blocking.get().wrapping_add(1);
         self.polls_without_blocking.set(polls);
-        if polls % POLLS_PER_SAMPLE == 0 {
+        if polls.is_multiple_of(POLLS_PER_SAMPLE) {
             self.begin_period();
         } else {
             self.sample_runs_after.set(0);
