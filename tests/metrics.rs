@@ -300,3 +300,27 @@ fn a_busy_ready_queue_is_sampled_for_scheduling_delay() {
     let samples = delay_samples(&metrics, 0);
     assert!(samples >= 2000 / (61 * 8), "{samples} samples");
 }
+
+#[cfg(feature = "hooks")]
+#[test]
+fn parks_made_by_the_hooks_are_counted_by_reason_too() {
+    let metrics = greenweave::run(|| {
+        // libc's nanosleep, made green: a Sleep park.
+        std::thread::sleep(Duration::from_millis(1));
+        // A std Mutex held across a yield: the other green thread's lock waits in a futex,
+        // made green: a Futex park.
+        let lock = std::sync::Arc::new(std::sync::Mutex::new(0));
+        let held = lock.lock().unwrap();
+        let contender = {
+            let lock = lock.clone();
+            greenweave::spawn(move || *lock.lock().unwrap() += 1)
+        };
+        greenweave::thread::yield_now();
+        drop(held);
+        contender.join().unwrap();
+        assert_eq!(*lock.lock().unwrap(), 1);
+        metrics()
+    });
+    assert_eq!(metrics.worker_green_park_count(0, ParkReason::Sleep), 1);
+    assert_eq!(metrics.worker_green_park_count(0, ParkReason::Futex), 1);
+}
