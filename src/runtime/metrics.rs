@@ -120,6 +120,21 @@ impl Counter {
         );
     }
 
+    /// `add` with release ordering: a reader that acquires this value sees every earlier
+    /// store of the writer (for `num_alive_tasks`, which reads `ended` before `spawned`).
+    #[inline(always)]
+    fn add_release(&self, n: u64) {
+        self.0.store(
+            self.0.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Release,
+        );
+    }
+
+    #[inline(always)]
+    fn get_acquire(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
+
     #[inline(always)]
     fn set(&self, value: u64) {
         self.0.store(value, Ordering::Relaxed);
@@ -159,12 +174,12 @@ pub(crate) struct WorkerMetrics {
 impl WorkerMetrics {
     #[inline]
     pub(crate) fn spawned(&self) {
-        self.spawned.add(1);
+        self.spawned.add_release(1);
     }
 
     #[inline]
     pub(crate) fn ended(&self, tasks: usize) {
-        self.ended.add(tasks as u64);
+        self.ended.add_release(tasks as u64);
     }
 
     pub(crate) fn budget_forced_yield(&self) {
@@ -336,10 +351,15 @@ impl RuntimeMetrics {
     /// });
     /// ```
     pub fn num_alive_tasks(&self) -> usize {
-        // Ended first: a green thread that ends between the two loads is then still counted.
-        let ended = self.sum(|worker| worker.ended.get());
-        let spawned = self.spawned_tasks_count();
-        spawned.saturating_sub(ended) as usize
+        // Per worker, `ended` first and with acquire ordering: its spawns happened before its
+        // ends, so the count read next is at least as new, and never below it.
+        self.workers
+            .iter()
+            .map(|worker| {
+                let ended = worker.ended.get_acquire();
+                (worker.spawned.get_acquire() - ended) as usize
+            })
+            .sum()
     }
 
     /// How many green threads have been spawned on every worker, the main ones included.
