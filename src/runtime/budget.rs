@@ -76,7 +76,10 @@ pub(crate) fn spend(what: &str) {
 #[inline(never)]
 fn exhausted(what: &str) {
     if scheduler::can_park_here() {
-        scheduler::with_scheduler(what, |scheduler| scheduler.poll_without_blocking());
+        scheduler::with_scheduler(what, |scheduler| {
+            scheduler.metrics.budget_forced_yield();
+            scheduler.poll_without_blocking();
+        });
         scheduler::yield_now(what);
     }
     LEFT.set(BUDGET - 1);

@@ -6,12 +6,14 @@
 //! (a green thread as the scheduler sees it), `timer` (deadline heap), `reactor` (epoll and
 //! per-fd readiness), `offload` (running a blocking call on another OS thread while the green
 //! thread parks), `stall` (the stall report's watchdog, see [`Builder::stall_report`]),
-//! `panic_report` (the panic hook that names the green thread, see [`run`]). The
+//! `panic_report` (the panic hook that names the green thread, see [`run`]), `metrics` (the
+//! counters behind [`metrics()`](metrics())). The
 //! public face is [`run`], [`Runtime`] and [`Builder`]; green threads themselves are in
 //! [`crate::thread`], sockets in [`crate::net`].
 
 pub(crate) mod budget;
 pub(crate) mod locals;
+mod metrics;
 pub mod offload;
 mod panic_report;
 pub(crate) mod reactor;
@@ -20,12 +22,16 @@ pub(crate) mod scheduler;
 mod stall;
 pub(crate) mod task;
 mod timer;
+#[cfg(feature = "tracing")]
+mod trace;
 pub(crate) mod workers;
 
 use std::io;
 use std::time::Duration;
 
 use crate::stack::Stack;
+
+pub use metrics::{ParkReason, RuntimeMetrics};
 
 /// Runs `main` as the first green thread of a new runtime on the current OS thread and
 /// returns its value.
@@ -275,6 +281,33 @@ pub fn current_worker() -> usize {
 pub fn worker_count() -> usize {
     scheduler::with_scheduler("greenweave::runtime::worker_count", |scheduler| {
         scheduler.worker.pool.len()
+    })
+}
+
+/// A handle to the metrics of the calling green thread's runtime: counters of every worker,
+/// readable from any thread while the runtime runs and after it ends (send a clone to a
+/// monitoring thread). The hot paths' counts of the caller's own worker are brought up to
+/// date first, so a green thread reading its own worker's figures through this handle right
+/// away reads them exactly. tokio's `Handle::current().metrics()`.
+///
+/// # Panics
+/// Outside a runtime.
+///
+/// ```
+/// let metrics = greenweave::run(|| {
+///     let children: Vec<_> = (0..4).map(|_| greenweave::spawn(|| {})).collect();
+///     for child in children {
+///         child.join().unwrap();
+///     }
+///     greenweave::runtime::metrics()
+/// });
+/// assert_eq!(metrics.spawned_tasks_count(), 5);
+/// assert_eq!(metrics.num_alive_tasks(), 0);
+/// ```
+pub fn metrics() -> RuntimeMetrics {
+    scheduler::with_scheduler("greenweave::runtime::metrics", |scheduler| {
+        scheduler.publish_metrics();
+        scheduler.worker.pool.runtime_metrics()
     })
 }
 

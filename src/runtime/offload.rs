@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
+use super::metrics::WorkerMetrics;
 use super::scheduler::{self, RemoteQueue, with_scheduler};
 use super::task::{TaskKey, Wait};
 
@@ -293,6 +294,9 @@ pub(crate) struct BlockingPool {
     max_threads: usize,
     /// Jobs handed to the pool, for [`jobs_handed_out`].
     submitted: AtomicU64,
+    /// Where the pool's threads and queue are counted (`runtime::metrics`), under `state`'s
+    /// lock.
+    metrics: Arc<WorkerMetrics>,
 }
 
 struct PoolState {
@@ -312,7 +316,7 @@ pub(crate) struct PoolHandle(Arc<BlockingPool>);
 
 impl PoolHandle {
     /// A pool of at most `max_threads` (at least 1) helper threads, none started yet.
-    pub(crate) fn new(max_threads: usize) -> PoolHandle {
+    pub(crate) fn new(max_threads: usize, metrics: Arc<WorkerMetrics>) -> PoolHandle {
         PoolHandle(Arc::new(BlockingPool {
             state: Mutex::new(PoolState {
                 jobs: VecDeque::new(),
@@ -323,6 +327,7 @@ impl PoolHandle {
             work: Condvar::new(),
             max_threads: max_threads.max(1),
             submitted: AtomicU64::new(0),
+            metrics,
         }))
     }
 }
@@ -356,12 +361,20 @@ impl BlockingPool {
         } else {
             self.work.notify_one();
         }
+        self.count(&state);
+    }
+
+    /// Publishes the pool's threads and queue to the metrics (under the lock, after a change).
+    fn count(&self, state: &PoolState) {
+        self.metrics
+            .blocking_pool(state.threads, state.idle, state.jobs.len());
     }
 
     fn work_loop(&self) {
         let mut state = lock(&self.state);
         loop {
             if let Some(job) = state.jobs.pop_front() {
+                self.count(&state);
                 drop(state);
                 // A job catches its call's panic; what can still unwind is the drop of a call
                 // or result nobody waits for any more. The helper survives it.
@@ -378,9 +391,11 @@ impl BlockingPool {
             }
             if state.closed {
                 state.threads -= 1;
+                self.count(&state);
                 return;
             }
             state.idle += 1;
+            self.count(&state);
             let (next, timeout) = self
                 .work
                 .wait_timeout(state, POOL_IDLE_TIMEOUT)
@@ -389,8 +404,10 @@ impl BlockingPool {
             state.idle -= 1;
             if timeout.timed_out() && state.jobs.is_empty() {
                 state.threads -= 1;
+                self.count(&state);
                 return;
             }
+            self.count(&state);
         }
     }
 }

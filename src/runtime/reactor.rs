@@ -341,12 +341,12 @@ impl Reactor {
 
     /// Waits for events up to `timeout` (forever if `None`), caches readiness, and calls `wake`
     /// for every parked waiter whose direction became ready. Returns whether the remote eventfd
-    /// fired.
+    /// fired, and how many events for registered fds came (for the metrics).
     pub(crate) fn poll(
         &self,
         timeout: Option<Duration>,
         mut wake: impl FnMut(Rc<Task>, u64),
-    ) -> io::Result<bool> {
+    ) -> io::Result<(bool, usize)> {
         let mut orphans_woken = false;
         for (task, park) in self.orphaned.borrow_mut().drain(..) {
             wake(task, park);
@@ -362,6 +362,7 @@ impl Reactor {
         let mut events = self.events.borrow_mut();
         let count = self.epoll.wait(&mut events, timeout)?;
         let mut remote = false;
+        let mut ready = 0;
         for event in &events[..count] {
             let token = event.u64;
             if token == REMOTE_TOKEN {
@@ -379,6 +380,7 @@ impl Reactor {
                 }
             };
             let Some(io) = io else { continue };
+            ready += 1;
             let mut bits = 0;
             if event.events & READ_EVENTS != 0 {
                 bits |= Interest::Readable.bit();
@@ -400,6 +402,6 @@ impl Reactor {
                 .set((io.readiness.get() & !(READ_CLOSED | URGENT)) | bits | read_side);
             io.wake_waiters(bits, &mut wake);
         }
-        Ok(remote)
+        Ok((remote, ready))
     }
 }

@@ -25,6 +25,7 @@ use crate::greenlet::World;
 use crate::stack::Stack;
 use crate::sys::eventfd::EventFd;
 
+use super::metrics::{HotCounters, WorkerMetrics};
 use super::reactor::{Reactor, ScheduledIo};
 use super::ring::Ring;
 use super::stall::StallWatch;
@@ -37,6 +38,12 @@ const SPARE_TASKS: usize = 64;
 /// How many green threads run between two non-blocking polls of epoll when the ready queue
 /// never empties, so a green thread looping on `yield_now` cannot starve I/O.
 const RUNS_BETWEEN_POLLS: u32 = 61;
+
+/// How many polls without blocking (one per `RUNS_BETWEEN_POLLS` runs of a busy ready queue)
+/// make one publication of the metrics and one scheduling delay sample: each costs a few dozen
+/// instructions (two clock reads for a sample), which a busy queue then pays once per 488
+/// runs. Every poll that could block publishes and samples.
+const POLLS_PER_SAMPLE: u32 = 8;
 
 /// What `run_until` does when nothing can wake any remaining task.
 #[derive(Clone, Copy)]
@@ -115,7 +122,25 @@ pub(crate) struct Scheduler {
     /// Finished tasks nothing else refers to, kept so a spawn can reuse one instead of
     /// allocating (at most `SPARE_TASKS`).
     spare_tasks: RefCell<Vec<Rc<Task>>>,
-    runs_since_poll: Cell<u32>,
+    /// Green threads the loop runs before its next stop: a poll for I/O, or the end of a
+    /// scheduling delay sample (`Scheduler::stop`). Counted down, so the loop's test is a
+    /// decrement and a branch.
+    countdown: Cell<u32>,
+    /// How many green threads the loop will have run when `countdown` reaches zero: with it,
+    /// the count of runs, for the metrics (`runs_end - countdown`).
+    runs_end: Cell<u64>,
+    /// While a scheduling delay sample is under way (see `Scheduler::begin_period`): the
+    /// runs from its end to the next poll, never zero; zero while none is.
+    sample_runs_after: Cell<u32>,
+    /// When the scheduling delay sample under way started.
+    sample_started: Cell<Option<Instant>>,
+    /// Polls without blocking so far (wrapping): one in `POLLS_PER_SAMPLE` publishes the
+    /// metrics and starts a scheduling delay sample.
+    polls_without_blocking: Cell<u32>,
+    /// The metrics' counts of the hot paths, published into `metrics` at each poll.
+    hot_counters: HotCounters,
+    /// This worker's counters, readable from any thread (`runtime::metrics`).
+    pub(crate) metrics: Arc<WorkerMetrics>,
     /// The tasks one `poll` found woken, kept between polls (empty) so that a poll allocates
     /// nothing: taken out while in use, so a wake-up that reaches the scheduler meanwhile
     /// finds an empty one.
@@ -161,6 +186,12 @@ impl ReadyQueue {
     fn is_empty(&self) -> bool {
         // SAFETY: as in `push_back`.
         unsafe { (*self.tasks.get()).is_empty() }
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        // SAFETY: as in `push_back`.
+        unsafe { (*self.tasks.get()).len() }
     }
 
     /// Drops every queued task, after emptying the queue: dropping a task can run its
@@ -468,6 +499,8 @@ impl Scheduler {
         let first_id = worker.index as u64 + 1;
         reactor.register_remote(std::os::fd::AsRawFd::as_raw_fd(&remote.eventfd))?;
         let stall = stall_report.map(StallWatch::start).transpose()?;
+        let metrics = worker.pool.metrics(worker.index).clone();
+        let blocking_pool = super::offload::PoolHandle::new(max_blocking_threads, metrics.clone());
         Ok(Rc::new(Scheduler {
             reactor,
             worker,
@@ -480,11 +513,17 @@ impl Scheduler {
             next_id: Cell::new(first_id),
             id_step,
             spare_tasks: RefCell::new(Vec::new()),
-            runs_since_poll: Cell::new(0),
+            countdown: Cell::new(RUNS_BETWEEN_POLLS),
+            runs_end: Cell::new(u64::from(RUNS_BETWEEN_POLLS)),
+            sample_runs_after: Cell::new(0),
+            sample_started: Cell::new(None),
+            polls_without_blocking: Cell::new(0),
+            hot_counters: HotCounters::default(),
+            metrics,
             woken_by_poll: Cell::new(Vec::new()),
             stubborn_tasks: Cell::new(0),
             default_stack_size,
-            blocking_pool: super::offload::PoolHandle::new(max_blocking_threads),
+            blocking_pool,
             stall,
         }))
     }
@@ -535,6 +574,9 @@ impl Scheduler {
         std::mem::forget(empty);
         self.tasks.borrow_mut().fill(task.clone());
         self.ready.push_back(task.clone());
+        self.metrics.spawned();
+        #[cfg(feature = "tracing")]
+        super::trace::spawned(&task);
         task
     }
 
@@ -646,6 +688,8 @@ impl Scheduler {
     /// Queues a parked `task` to run, woken for `wake`.
     #[inline(always)]
     fn make_runnable(&self, task: Rc<Task>, wake: Wake) {
+        #[cfg(feature = "tracing")]
+        super::trace::woken(&task, wake);
         task.state.set(TaskState::Runnable);
         task.wake.set(wake);
         task.waiting.set(None);
@@ -660,6 +704,7 @@ impl Scheduler {
             if done() {
                 return true;
             }
+            self.begin_period();
             // Run ready tasks in FIFO order; a task that yields goes to the back. Every
             // RUNS_BETWEEN_POLLS runs, timers and I/O get a turn even if the queue never
             // empties, so `yield_now` loops cannot starve them (and a busy queue does not pay a
@@ -670,12 +715,14 @@ impl Scheduler {
                 };
                 self.run_task(task);
                 if done() {
+                    // The countdown does not see this run: count it for the metrics.
+                    self.runs_end.set(self.runs_end.get() + 1);
                     return true;
                 }
-                let runs = self.runs_since_poll.get() + 1;
-                self.runs_since_poll.set(runs);
-                if runs >= RUNS_BETWEEN_POLLS {
-                    self.poll_without_blocking();
+                let left = self.countdown.get() - 1;
+                self.countdown.set(left);
+                if left == 0 {
+                    self.stop();
                 }
             }
             // Nothing is ready: wait for I/O until the nearest deadline.
@@ -710,6 +757,8 @@ impl Scheduler {
             if let Some(watch) = &self.stall {
                 watch.idle();
             }
+            // What a reader on another thread sees while this worker waits is exact.
+            self.publish_metrics();
             self.poll(timeout);
             self.fire_timers();
         }
@@ -719,7 +768,6 @@ impl Scheduler {
     /// the loop does every `RUNS_BETWEEN_POLLS` runs, and a green thread whose budget is spent
     /// before it yields (`budget`), so that what it kept waiting runs before it does again.
     pub(crate) fn poll_without_blocking(&self) {
-        self.runs_since_poll.set(0);
         // Only what could have something to say: the clock when a timer is set, epoll when an
         // fd is registered or another thread may wake us. A pure compute-and-yield program
         // makes no system call here.
@@ -729,6 +777,81 @@ impl Scheduler {
         if self.reactor.has_registrations() || self.remote_may_wake() {
             self.poll(Some(Duration::ZERO));
         }
+        let polls = self.polls_without_blocking.get().wrapping_add(1);
+        self.polls_without_blocking.set(polls);
+        if polls.is_multiple_of(POLLS_PER_SAMPLE) {
+            self.begin_period();
+        } else {
+            self.sample_runs_after.set(0);
+            self.count_down(RUNS_BETWEEN_POLLS);
+        }
+    }
+
+    /// The loop's stop after `countdown` runs: the end of a scheduling delay sample (the green
+    /// thread it measures runs next), or a poll. Out of line: once per 61 runs at most.
+    #[cold]
+    #[inline(never)]
+    fn stop(&self) {
+        let runs_after = self.sample_runs_after.get();
+        if runs_after != 0 {
+            self.end_delay_sample(runs_after);
+        } else {
+            self.poll_without_blocking();
+        }
+    }
+
+    /// Ends the scheduling delay sample under way (its green thread runs next) and counts
+    /// down the `runs_after` runs left to the next poll.
+    #[inline(never)]
+    fn end_delay_sample(&self, runs_after: u32) {
+        self.sample_runs_after.set(0);
+        if let Some(started) = self.sample_started.get() {
+            self.metrics.record_delay(started.elapsed());
+        }
+        self.count_down(runs_after);
+    }
+
+    /// The green threads run so far.
+    fn runs(&self) -> u64 {
+        self.runs_end.get() - u64::from(self.countdown.get())
+    }
+
+    /// Sets the loop's countdown to its next stop to `runs`.
+    #[inline]
+    fn count_down(&self, runs: u32) {
+        self.runs_end.set(self.runs() + u64::from(runs));
+        self.countdown.set(runs);
+    }
+
+    /// Starts the loop's next period after a poll: publishes the metrics, counts down to the
+    /// next poll, and starts a scheduling delay sample for the green thread at the back of
+    /// the ready queue (it runs `ahead` runs from now, or `ahead + 1` if a green thread runs
+    /// now: this is a poll from its budget), ended by `stop` when it is next.
+    #[inline(never)]
+    fn begin_period(&self) {
+        self.publish_metrics();
+        let queued = self.ready.len() as u32;
+        let ahead = queued.saturating_sub(1) + u32::from(!self.current.get().is_null());
+        self.sample_runs_after.set(0);
+        if queued == 0 || ahead >= RUNS_BETWEEN_POLLS {
+            self.count_down(RUNS_BETWEEN_POLLS);
+        } else if ahead == 0 {
+            // It runs next: nothing in between, no clock to read.
+            self.metrics.record_delay(Duration::ZERO);
+            self.count_down(RUNS_BETWEEN_POLLS);
+        } else {
+            self.sample_started.set(Some(Instant::now()));
+            self.sample_runs_after.set(RUNS_BETWEEN_POLLS - ahead);
+            self.count_down(ahead);
+        }
+    }
+
+    /// Makes the hot paths' counts readable from other threads (`runtime::metrics`).
+    pub(crate) fn publish_metrics(&self) {
+        // Runs completed: one under way (a green thread that asks for the metrics) is not
+        // counted until it parks, yields or ends.
+        self.hot_counters
+            .publish(&self.metrics, self.runs(), self.ready.len());
     }
 
     /// Always inlined into the loop: a frame of its own costs a dozen instructions per switch.
@@ -741,6 +864,8 @@ impl Scheduler {
             self.stall_entering(&task);
         }
         self.current.set(Rc::as_ptr(&task));
+        #[cfg(feature = "tracing")]
+        super::trace::switch_in(&task);
         task.greenlets.enter();
         let outcome = {
             let mut coroutine = task.coroutine.borrow_mut();
@@ -750,6 +875,8 @@ impl Scheduler {
             coroutine.resume(wake)
         };
         task.greenlets.leave();
+        #[cfg(feature = "tracing")]
+        super::trace::switch_out(&task);
         self.current.set(std::ptr::null());
         match outcome {
             CoroutineResult::Yield(Suspend::Yield) => {
@@ -760,7 +887,10 @@ impl Scheduler {
                 // SAFETY: the request is in the frame of the `park` that just suspended this
                 // task, which is alive until the task is resumed, and so is the `io` it borrows
                 // (an argument of that `park`); nothing resumes it before `arm_park` returns.
-                self.arm_park(task, unsafe { request.as_ref() })
+                let request = unsafe { request.as_ref() };
+                #[cfg(feature = "tracing")]
+                super::trace::parked(&task, &request.wait);
+                self.arm_park(task, request)
             }
             CoroutineResult::Return(()) => self.finish(task),
         }
@@ -785,6 +915,8 @@ impl Scheduler {
     }
 
     fn finish(&self, task: Rc<Task>) {
+        #[cfg(feature = "tracing")]
+        super::trace::finished(&task);
         task.state.set(TaskState::Finished);
         if task.is_stubborn() {
             self.stubborn_tasks.set(self.stubborn_tasks.get() - 1);
@@ -797,6 +929,8 @@ impl Scheduler {
         drop(task.coroutine.borrow_mut().take());
         task.greenlets.end();
         self.tasks.borrow_mut().remove(task.slot);
+        self.hot_counters.finished();
+        self.metrics.ended(1);
         if let Some((joiner, park)) = task.joiner.take() {
             self.unpark(joiner, park, Wake::Notified);
         }
@@ -836,12 +970,13 @@ impl Scheduler {
 
     /// Polls the reactor (and the remote queue) and makes woken tasks runnable.
     fn poll(&self, timeout: Option<Duration>) {
-        self.runs_since_poll.set(0);
         let mut woken = self.woken_by_poll.take();
-        let remote = self
+        let (remote, ready) = self
             .reactor
             .poll(timeout, |task, park| woken.push((task, park)))
             .unwrap_or_else(|error| panic!("greenweave: epoll_wait failed: {error}"));
+        self.metrics
+            .io_polled(ready, timeout != Some(Duration::ZERO));
         for (task, park) in woken.drain(..) {
             self.unpark(task, park, Wake::Notified);
         }
@@ -948,6 +1083,7 @@ impl Scheduler {
         }
         self.timers.borrow_mut().clear();
         let leftovers = self.tasks.borrow_mut().drain();
+        self.metrics.ended(leftovers.len());
         self.stubborn_tasks.set(0);
         for task in leftovers {
             let coroutine = task.abandon();
@@ -961,6 +1097,7 @@ impl Scheduler {
             task.end_coroutine(coroutine, stubborn || std::thread::panicking());
         }
         self.ready.clear();
+        self.publish_metrics();
     }
 }
 
@@ -1140,7 +1277,12 @@ pub(crate) fn park(
     mut register: impl FnMut(&Rc<Task>, u64),
 ) -> Wake {
     let io = io.as_deref();
-    let task = with_scheduler(what, |scheduler| scheduler.current_task_ref());
+    let (task, counters) = with_scheduler(what, |scheduler| {
+        (
+            scheduler.current_task_ref(),
+            &raw const scheduler.hot_counters,
+        )
+    });
     if std::thread::panicking() {
         return wait_while_unwinding(what, wait, deadline);
     }
@@ -1157,6 +1299,7 @@ pub(crate) fn park(
     let park = task.park_number.get() + 1;
     task.park_number.set(park);
     register(&task, park);
+    count_park(counters, &wait);
     let request = ParkRequest {
         wait,
         deadline: effective_deadline,
@@ -1218,7 +1361,12 @@ pub(crate) fn park_uninterruptible_until(
     deadline: Option<Instant>,
     mut register: impl FnMut(&Rc<Task>, u64),
 ) -> Wake {
-    let task = with_scheduler(what, |scheduler| scheduler.current_task_ref());
+    let (task, counters) = with_scheduler(what, |scheduler| {
+        (
+            scheduler.current_task_ref(),
+            &raw const scheduler.hot_counters,
+        )
+    });
     if std::thread::panicking() {
         return wait_while_unwinding(what, wait, deadline);
     }
@@ -1227,6 +1375,7 @@ pub(crate) fn park_uninterruptible_until(
     let park = task.park_number.get() + 1;
     task.park_number.set(park);
     register(&task, park);
+    count_park(counters, &wait);
     let request = ParkRequest {
         wait,
         deadline,
@@ -1235,6 +1384,17 @@ pub(crate) fn park_uninterruptible_until(
     // As in `park`: the scheduler reads the request right after the switch.
     let request = NonNull::from(&request).cast::<ParkRequest<'static>>();
     suspend_to_scheduler(&task, Suspend::Park(request))
+}
+
+/// Counts a park for `wait` in the metrics of the scheduler whose `counters` these are, from
+/// the parking green thread: `park` is inlined into its caller, where the kind of wait is a
+/// constant, so this is one increment at a fixed offset (counted by the scheduler from the
+/// request, it would first have to work the variant out of `Wait`'s layout).
+#[inline(always)]
+fn count_park(counters: *const HotCounters, wait: &Wait) {
+    // SAFETY: `counters` is in the scheduler running this green thread, which outlives every
+    // park of it (the pointer comes from `with_scheduler` in the same park).
+    unsafe { (*counters).park(wait) }
 }
 
 /// What a park does when its green thread is unwinding (a destructor that waits, run during

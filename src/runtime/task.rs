@@ -245,6 +245,9 @@ pub(crate) struct Task {
     pub(crate) greenlets: World,
     /// Its green-thread-local values (`runtime::locals`): one pointer, null until first used.
     pub(crate) locals: TableHome,
+    /// The `tracing` spans it holds entered while it does not run (`runtime::trace`).
+    #[cfg(feature = "tracing")]
+    pub(crate) spans: super::trace::TaskSpans,
 }
 
 impl Task {
@@ -268,6 +271,8 @@ impl Task {
             result: ResultSlot::new(),
             greenlets: World::new(),
             locals: TableHome::new(),
+            #[cfg(feature = "tracing")]
+            spans: super::trace::TaskSpans::default(),
         }
     }
 
@@ -291,6 +296,8 @@ impl Task {
         self.scope_deadline.set(None);
         self.result.reset();
         self.locals.reset();
+        #[cfg(feature = "tracing")]
+        self.spans.reset();
     }
 
     /// Gives up on a task whose runtime is ending while it is still unfinished (shutdown could

@@ -19,6 +19,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use super::metrics::{RuntimeMetrics, WorkerMetrics};
 use super::scheduler::{self, RemoteQueue, Scheduler};
 use crate::sys::affinity::CpuSet;
 
@@ -34,6 +35,8 @@ pub(crate) struct Pool {
     /// Set once, when the runtime starts to end: every worker leaves its loop and ends its
     /// green threads.
     shutting_down: AtomicBool,
+    /// Each worker's metrics, written by that worker only (`runtime::metrics`).
+    metrics: Arc<[Arc<WorkerMetrics>]>,
 }
 
 /// One worker's side of the pool.
@@ -85,12 +88,23 @@ impl Pool {
             }),
             slots,
             shutting_down: AtomicBool::new(false),
+            metrics: (0..workers).map(|_| Arc::default()).collect(),
         })
     }
 
     /// How many workers the runtime has.
     pub(crate) fn len(&self) -> usize {
         self.slots.len()
+    }
+
+    /// Worker `index`'s metrics.
+    pub(crate) fn metrics(&self, index: usize) -> &Arc<WorkerMetrics> {
+        &self.metrics[index]
+    }
+
+    /// A reader of every worker's metrics.
+    pub(crate) fn runtime_metrics(&self) -> RuntimeMetrics {
+        RuntimeMetrics::new(self.metrics.clone())
     }
 
     /// Worker `index`'s wake-up line.

@@ -1,0 +1,326 @@
+//! Runtime metrics (`greenweave::runtime::metrics`): each counter counts exactly what a scripted
+//! workload did, per worker, and can be read from another OS thread.
+
+use std::sync::mpsc as std_mpsc;
+use std::time::{Duration, Instant};
+
+use greenweave::Runtime;
+use greenweave::runtime::{ParkReason, RuntimeMetrics, metrics};
+
+fn parks(metrics: &RuntimeMetrics, worker: usize) -> Vec<(ParkReason, u64)> {
+    ParkReason::ALL
+        .iter()
+        .map(|&reason| (reason, metrics.worker_green_park_count(worker, reason)))
+        .filter(|&(_, count)| count > 0)
+        .collect()
+}
+
+fn delay_samples(metrics: &RuntimeMetrics, worker: usize) -> u64 {
+    (0..metrics.scheduling_delay_histogram_num_buckets())
+        .map(|bucket| metrics.worker_scheduling_delay_histogram_bucket_count(worker, bucket))
+        .sum()
+}
+
+#[test]
+fn polls_yields_and_parks_count_what_a_scripted_workload_did() {
+    let (during, after) = {
+        let mut during = None;
+        let after = greenweave::run(|| {
+            // Three green threads yield ten times each, round robin; main parks once, in the
+            // join of the first (the other two have finished when it is woken: the first
+            // finishes ahead of them, and they finish before main's turn comes).
+            let yielders: Vec<_> = (0..3)
+                .map(|_| {
+                    greenweave::spawn(|| {
+                        for _ in 0..10 {
+                            greenweave::thread::yield_now();
+                        }
+                    })
+                })
+                .collect();
+            for yielder in yielders {
+                yielder.join().unwrap();
+            }
+            let metrics = metrics();
+            during = Some((
+                metrics.worker_poll_count(0),
+                metrics.worker_yield_count(0),
+                parks(&metrics, 0),
+                metrics.num_alive_tasks(),
+                metrics.spawned_tasks_count(),
+                metrics.worker_local_queue_depth(0),
+            ));
+            metrics
+        });
+        (during.unwrap(), after)
+    };
+    // Read by main before it returns: its run under way is not counted yet. Completed: main's
+    // first run (ended in the join's park) and 3 x 11 runs of the yielders (10 yields, then
+    // the end).
+    assert_eq!(during, (34, 30, vec![(ParkReason::Join, 1)], 1, 4, 0));
+    // After the runtime: main's second run (its end) too.
+    assert_eq!(after.worker_poll_count(0), 35);
+    assert_eq!(after.worker_yield_count(0), 30);
+    assert_eq!(parks(&after, 0), [(ParkReason::Join, 1)]);
+    assert_eq!(after.num_alive_tasks(), 0);
+    assert_eq!(after.spawned_tasks_count(), 4);
+    assert_eq!(after.budget_forced_yield_count(), 0);
+    assert_eq!(after.worker_local_queue_depth(0), 0);
+}
+
+#[test]
+fn parks_are_counted_by_the_reason_of_each_wait() {
+    let metrics = greenweave::run(|| {
+        // Sleep: 1.
+        greenweave::thread::sleep(Duration::from_millis(1));
+        // Sync (the child's recv) and Join (main's join, the child still parked): 1 each.
+        let (sender, receiver) = greenweave::sync::mpsc::channel();
+        let child = greenweave::spawn(move || receiver.recv().unwrap());
+        greenweave::thread::yield_now();
+        sender.send(5).unwrap();
+        assert_eq!(child.join().unwrap(), 5);
+        // Remote: 1 (unblock parks once, however fast the helper is).
+        assert_eq!(greenweave::unblock(|| 6), 6);
+        // Io: the read parks once, before the peer writes.
+        let near = greenweave::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let address = near.local_addr().unwrap();
+        let writer = greenweave::spawn(move || {
+            let far = greenweave::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+            far.send_to(b"x", address).unwrap();
+        });
+        let mut byte = [0];
+        assert_eq!(near.recv(&mut byte).unwrap(), 1);
+        writer.join().unwrap();
+        metrics()
+    });
+    assert_eq!(
+        parks(&metrics, 0),
+        [
+            (ParkReason::Sleep, 1),
+            (ParkReason::Io, 1),
+            (ParkReason::Join, 1),
+            (ParkReason::Remote, 1),
+            (ParkReason::Sync, 1),
+        ]
+    );
+    assert_eq!(metrics.green_park_count(ParkReason::Sync), 1);
+    assert_eq!(metrics.worker_yield_count(0), 1);
+    // Main's runs that ended in its yield and its 5 parks (not the one under way, which reads
+    // the metrics), the receiver's 2 (a park, its end) and the writer's 1 (its end: its send
+    // never parks).
+    assert_eq!(metrics.worker_poll_count(0), 6 + 2 + 1);
+    // The read's readiness event and the blocking polls of the sleep, the unblock and the read.
+    assert_eq!(metrics.worker_io_ready_count(0), 1);
+    assert_eq!(metrics.io_driver_ready_count(), 1);
+    assert!(metrics.worker_park_count(0) >= 3);
+    assert!(metrics.worker_io_poll_count(0) >= metrics.worker_park_count(0));
+}
+
+#[test]
+fn a_budget_spent_without_parking_counts_forced_yields() {
+    let metrics = greenweave::run(|| {
+        let (sender, receiver) = greenweave::sync::mpsc::channel();
+        for i in 0..300 {
+            sender.send(i).unwrap();
+        }
+        // 300 receives that never park spend 300 units: the 129th and the 257th find the
+        // budget of 128 spent and yield first.
+        for i in 0..300 {
+            assert_eq!(receiver.recv().unwrap(), i);
+        }
+        metrics()
+    });
+    assert_eq!(metrics.budget_forced_yield_count(), 2);
+    assert_eq!(metrics.worker_budget_forced_yield_count(0), 2);
+    assert_eq!(metrics.worker_yield_count(0), 2);
+    assert_eq!(metrics.worker_poll_count(0), 3);
+    assert_eq!(parks(&metrics, 0), []);
+}
+
+#[test]
+fn alive_and_spawned_follow_every_spawn_and_end() {
+    greenweave::run(|| {
+        let metrics = metrics();
+        assert_eq!(
+            (metrics.num_alive_tasks(), metrics.spawned_tasks_count()),
+            (1, 1)
+        );
+        let children: Vec<_> = (0..5).map(|_| greenweave::spawn(|| {})).collect();
+        assert_eq!(
+            (metrics.num_alive_tasks(), metrics.spawned_tasks_count()),
+            (6, 6)
+        );
+        // The queue depth as it is now, from the worker itself.
+        assert_eq!(
+            greenweave::runtime::metrics().worker_local_queue_depth(0),
+            5
+        );
+        for child in children {
+            child.join().unwrap();
+        }
+        assert_eq!(
+            (metrics.num_alive_tasks(), metrics.spawned_tasks_count()),
+            (1, 6)
+        );
+        assert_eq!(
+            greenweave::runtime::metrics().worker_local_queue_depth(0),
+            0
+        );
+    });
+}
+
+#[test]
+fn green_threads_ended_by_shutdown_are_no_longer_alive() {
+    let metrics = greenweave::run(|| {
+        // Parked for ever: cancelled when main returns.
+        let (_sender, receiver) = greenweave::sync::mpsc::channel::<()>();
+        drop(greenweave::spawn(move || receiver.recv())); // detached
+        greenweave::thread::yield_now();
+        let metrics = metrics();
+        assert_eq!(metrics.num_alive_tasks(), 2);
+        metrics
+    });
+    assert_eq!(metrics.num_alive_tasks(), 0);
+    assert_eq!(metrics.spawned_tasks_count(), 2);
+}
+
+#[test]
+fn every_worker_counts_its_own_green_threads() {
+    let runtime = Runtime::builder().workers(2).build().unwrap();
+    let metrics = runtime.run(|| {
+        let remote = greenweave::thread::spawn_on(1, || {
+            for _ in 0..5 {
+                greenweave::thread::yield_now();
+            }
+            greenweave::thread::sleep(Duration::from_millis(1));
+        });
+        remote.join().unwrap();
+        metrics()
+    });
+    assert_eq!(metrics.num_workers(), 2);
+    assert_eq!(metrics.spawned_tasks_count(), 2);
+    assert_eq!(metrics.num_alive_tasks(), 0);
+    // Worker 1: 5 yields, one sleep, its end.
+    assert_eq!(metrics.worker_yield_count(1), 5);
+    assert_eq!(parks(&metrics, 1), [(ParkReason::Sleep, 1)]);
+    assert_eq!(metrics.worker_poll_count(1), 7);
+    // Worker 0: main parked in the join (once or more: a remote join re-checks on wake-up).
+    assert_eq!(metrics.worker_yield_count(0), 0);
+    let joins = metrics.worker_green_park_count(0, ParkReason::OtherWorker);
+    assert!(joins >= 1);
+    assert_eq!(parks(&metrics, 0), [(ParkReason::OtherWorker, joins)]);
+    assert_eq!(metrics.worker_poll_count(0), joins + 1);
+}
+
+#[test]
+#[should_panic(expected = "worker 2 does not exist; this runtime has 2 workers")]
+fn a_worker_past_the_last_is_refused_with_the_number_of_workers() {
+    let runtime = Runtime::builder().workers(2).build().unwrap();
+    let metrics = runtime.run(metrics);
+    metrics.worker_poll_count(2);
+}
+
+#[test]
+fn a_monitoring_thread_reads_the_metrics_while_the_runtime_runs() {
+    let (to_monitor, monitor_inbox) = std_mpsc::channel::<RuntimeMetrics>();
+    let monitor = std::thread::spawn(move || {
+        let metrics = monitor_inbox.recv().unwrap();
+        (metrics.num_alive_tasks(), metrics.spawned_tasks_count())
+    });
+    greenweave::run(|| {
+        let (_sender, receiver) = greenweave::sync::mpsc::channel::<()>();
+        let receiver = std::rc::Rc::new(receiver);
+        let parked: Vec<_> = (0..3)
+            .map(|_| {
+                let receiver = receiver.clone();
+                greenweave::spawn(move || receiver.recv())
+            })
+            .collect();
+        to_monitor.send(metrics()).unwrap();
+        // The monitor reads while main waits here for it.
+        let seen = greenweave::unblock(move || monitor.join().unwrap());
+        assert_eq!(seen, (4, 4));
+        for thread in parked {
+            thread.cancel();
+        }
+    });
+}
+
+#[test]
+fn the_blocking_pool_reports_its_busy_threads_and_queued_calls() {
+    let runtime = Runtime::builder().max_blocking_threads(1).build().unwrap();
+    runtime.run(|| {
+        let (release, released) = std_mpsc::channel::<()>();
+        let busy = greenweave::spawn(move || greenweave::unblock(move || released.recv()));
+        let queued = greenweave::spawn(|| greenweave::unblock(|| 2));
+        let metrics = metrics();
+        // Wait (green) until the helper has taken the first call: the second then waits.
+        let started = Instant::now();
+        while metrics.blocking_queue_depth() != 1 || metrics.num_idle_blocking_threads() != 0 {
+            assert!(started.elapsed() < Duration::from_secs(60), "{metrics:?}");
+            greenweave::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(metrics.num_blocking_threads(), 1);
+        release.send(()).unwrap();
+        busy.join().unwrap().unwrap();
+        assert_eq!(queued.join().unwrap(), 2);
+        assert_eq!(metrics.blocking_queue_depth(), 0);
+        assert_eq!(metrics.num_blocking_threads(), 1);
+    });
+}
+
+#[test]
+fn a_wake_up_by_a_timer_is_a_scheduling_delay_sample() {
+    let metrics = greenweave::run(|| {
+        greenweave::thread::sleep(Duration::from_millis(1));
+        metrics()
+    });
+    assert!(delay_samples(&metrics, 0) >= 1);
+}
+
+#[test]
+fn a_busy_ready_queue_is_sampled_for_scheduling_delay() {
+    let metrics = greenweave::run(|| {
+        let yielders: Vec<_> = (0..4)
+            .map(|_| {
+                greenweave::spawn(|| {
+                    for _ in 0..500 {
+                        greenweave::thread::yield_now();
+                    }
+                })
+            })
+            .collect();
+        for yielder in yielders {
+            yielder.join().unwrap();
+        }
+        metrics()
+    });
+    // 2000 runs of a queue four deep: a busy queue is polled every 61 runs, and every 8th of
+    // those polls starts a sample.
+    let samples = delay_samples(&metrics, 0);
+    assert!(samples >= 2000 / (61 * 8), "{samples} samples");
+}
+
+#[cfg(feature = "hooks")]
+#[test]
+fn parks_made_by_the_hooks_are_counted_by_reason_too() {
+    let metrics = greenweave::run(|| {
+        // libc's nanosleep, made green: a Sleep park.
+        std::thread::sleep(Duration::from_millis(1));
+        // A std Mutex held across a yield: the other green thread's lock waits in a futex,
+        // made green: a Futex park.
+        let lock = std::sync::Arc::new(std::sync::Mutex::new(0));
+        let held = lock.lock().unwrap();
+        let contender = {
+            let lock = lock.clone();
+            greenweave::spawn(move || *lock.lock().unwrap() += 1)
+        };
+        greenweave::thread::yield_now();
+        drop(held);
+        contender.join().unwrap();
+        assert_eq!(*lock.lock().unwrap(), 1);
+        metrics()
+    });
+    assert_eq!(metrics.worker_green_park_count(0, ParkReason::Sleep), 1);
+    assert_eq!(metrics.worker_green_park_count(0, ParkReason::Futex), 1);
+}
