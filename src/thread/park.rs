@@ -133,9 +133,10 @@ impl Drop for Unmark<'_> {
 /// and every green thread on it (unless the `hooks` feature makes its futex wait green).
 ///
 /// # Panics
-/// If nothing could ever unpark it: every green thread waits, and no handle of this one is
-/// held anywhere but by itself (the deadlock report names it). While its green thread unwinds
-/// (in a destructor during a panic or a cancellation), as every untimed wait then does.
+/// While its green thread unwinds (in a destructor during a panic or a cancellation), as
+/// every untimed wait then does. A park nothing could ever end (every green thread waits, and
+/// no handle of this one is held but by itself) is a deadlock: [`run`](crate::run) panics with
+/// the report, which names it.
 ///
 /// # Examples
 ///
