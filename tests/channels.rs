@@ -854,8 +854,8 @@ fn dropping_a_receiver_drops_remote_messages_that_hold_remote_senders_of_the_cha
 // `SyncSender::send_timeout` (issue 25). std's own repository has no test of it beyond its
 // doc example (std's mpmc channels come from crossbeam-channel); the two tests named
 // `send_timeout_*` are ported from crossbeam-channel's `send_timeout` tests (tests/array.rs
-// and tests/zero.rs), with green threads and shorter sleeps; the others pin down what the
-// message becomes in each outcome.
+// and tests/zero.rs), with green threads; the others pin down what the message becomes in
+// each outcome.
 mod send_timeout {
     use std::cell::{Cell, RefCell};
     use std::rc::Rc;
@@ -871,53 +871,49 @@ mod send_timeout {
         Duration::from_millis(ms)
     }
 
-    // crossbeam-channel's tests/array.rs `send_timeout`, times divided by 10.
+    // crossbeam-channel's tests/array.rs `send_timeout`, with signals where the original's
+    // receiver sleeps, so that the order of events does not depend on timing.
     #[test]
     fn send_timeout_array() {
         greenweave::run(|| {
             let (s, r) = mpsc::sync_channel(2);
-            let sender = greenweave::spawn(move || {
-                assert_eq!(s.send_timeout(1, ms(100)), Ok(()));
-                assert_eq!(s.send_timeout(2, ms(100)), Ok(()));
-                assert_eq!(s.send_timeout(3, ms(50)), Err(SendTimeoutError::Timeout(3)));
-                thread::sleep(ms(100));
-                assert_eq!(s.send_timeout(4, ms(100)), Ok(()));
-                thread::sleep(ms(100));
-                assert_eq!(s.send(5), Err(SendError(5)));
-            });
+            let (go, wait_for_go) = mpsc::channel::<()>();
             let receiver = greenweave::spawn(move || {
-                thread::sleep(ms(100));
+                wait_for_go.recv().unwrap();
                 assert_eq!(r.recv(), Ok(1));
-                thread::sleep(ms(100));
+                wait_for_go.recv().unwrap();
                 assert_eq!(r.recv(), Ok(2));
                 assert_eq!(r.recv(), Ok(4));
             });
-            sender.join().unwrap();
+            assert_eq!(s.send_timeout(1, ms(100)), Ok(()));
+            assert_eq!(s.send_timeout(2, ms(100)), Ok(()));
+            assert_eq!(s.send_timeout(3, ms(5)), Err(SendTimeoutError::Timeout(3)));
+            go.send(()).unwrap();
+            assert_eq!(s.send_timeout(4, Duration::from_secs(60)), Ok(()));
+            go.send(()).unwrap();
             receiver.join().unwrap();
+            assert_eq!(s.send(5), Err(SendError(5)));
         });
     }
 
-    // crossbeam-channel's tests/zero.rs `send_timeout`, times divided by 10.
+    // crossbeam-channel's tests/zero.rs `send_timeout`, with a signal where the original's
+    // receiver sleeps.
     #[test]
     fn send_timeout_zero() {
         greenweave::run(|| {
             let (s, r) = mpsc::sync_channel(0);
-            let sender = greenweave::spawn(move || {
-                assert_eq!(
-                    s.send_timeout(7, ms(100)),
-                    Err(SendTimeoutError::Timeout(7))
-                );
-                assert_eq!(s.send_timeout(8, ms(100)), Ok(()));
-                assert_eq!(
-                    s.send_timeout(9, ms(100)),
-                    Err(SendTimeoutError::Disconnected(9))
-                );
-            });
+            let (go, wait_for_go) = mpsc::channel::<()>();
             let receiver = greenweave::spawn(move || {
-                thread::sleep(ms(150));
+                wait_for_go.recv().unwrap();
                 assert_eq!(r.recv(), Ok(8));
             });
-            sender.join().unwrap();
+            assert_eq!(s.send_timeout(7, ms(5)), Err(SendTimeoutError::Timeout(7)));
+            go.send(()).unwrap();
+            assert_eq!(s.send_timeout(8, Duration::from_secs(60)), Ok(()));
+            assert_eq!(
+                s.send_timeout(9, Duration::from_secs(60)),
+                Err(SendTimeoutError::Disconnected(9))
+            );
             receiver.join().unwrap();
         });
     }

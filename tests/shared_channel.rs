@@ -632,7 +632,7 @@ fn a_select_send_on_a_shared_rendezvous_is_taken_once_a_receiver_waits_on_anothe
 // The `send_timeout_*` tests are ported from crossbeam-channel's `send_timeout` tests
 // (tests/array.rs and tests/zero.rs; std's mpmc channels come from crossbeam-channel, and
 // std's own repository has no test of `send_timeout` beyond its doc example), with the sender
-// a green thread and the receiver a plain OS thread, and shorter sleeps.
+// a green thread and the receiver a plain OS thread.
 mod send_timeout {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -648,45 +648,52 @@ mod send_timeout {
         Duration::from_millis(ms)
     }
 
-    // crossbeam-channel's tests/array.rs `send_timeout`, times divided by 10.
+    // crossbeam-channel's tests/array.rs `send_timeout`. Its receiver's sleeps, which order it
+    // against the sender's timeouts, are signals here: the two sides are on different OS
+    // threads, whose start-up times differ (by more than a short timeout under qemu).
     #[test]
     fn send_timeout_array() {
         let (s, r) = shared::sync_channel(2);
+        let (go, wait_for_go) = shared::channel::<()>();
+        let (done, wait_for_done) = shared::channel::<()>();
         let receiver = std::thread::spawn(move || {
-            std::thread::sleep(ms(100));
+            wait_for_go.recv().unwrap();
             assert_eq!(r.recv(), Ok(1));
-            std::thread::sleep(ms(100));
+            wait_for_go.recv().unwrap();
             assert_eq!(r.recv(), Ok(2));
             assert_eq!(r.recv(), Ok(4));
+            drop(r);
+            done.send(()).unwrap();
         });
         greenweave::run(move || {
             assert_eq!(s.send_timeout(1, ms(100)), Ok(()));
             assert_eq!(s.send_timeout(2, ms(100)), Ok(()));
-            assert_eq!(s.send_timeout(3, ms(50)), Err(SendTimeoutError::Timeout(3)));
-            thread::sleep(ms(100));
-            assert_eq!(s.send_timeout(4, ms(100)), Ok(()));
-            thread::sleep(ms(100));
+            assert_eq!(s.send_timeout(3, ms(5)), Err(SendTimeoutError::Timeout(3)));
+            go.send(()).unwrap();
+            assert_eq!(s.send_timeout(4, Duration::from_secs(60)), Ok(()));
+            go.send(()).unwrap();
+            wait_for_done.recv().unwrap();
             assert_eq!(s.send(5), Err(SendError(5)));
         });
         receiver.join().unwrap();
     }
 
-    // crossbeam-channel's tests/zero.rs `send_timeout`, times divided by 10.
+    // crossbeam-channel's tests/zero.rs `send_timeout`, with a signal for the receiver's sleep
+    // (see `send_timeout_array`).
     #[test]
     fn send_timeout_zero() {
         let (s, r) = shared::sync_channel(0);
+        let (go, wait_for_go) = shared::channel::<()>();
         let receiver = std::thread::spawn(move || {
-            std::thread::sleep(ms(150));
+            wait_for_go.recv().unwrap();
             assert_eq!(r.recv(), Ok(8));
         });
         greenweave::run(move || {
+            assert_eq!(s.send_timeout(7, ms(5)), Err(SendTimeoutError::Timeout(7)));
+            go.send(()).unwrap();
+            assert_eq!(s.send_timeout(8, Duration::from_secs(60)), Ok(()));
             assert_eq!(
-                s.send_timeout(7, ms(100)),
-                Err(SendTimeoutError::Timeout(7))
-            );
-            assert_eq!(s.send_timeout(8, ms(100)), Ok(()));
-            assert_eq!(
-                s.send_timeout(9, ms(100)),
+                s.send_timeout(9, Duration::from_secs(60)),
                 Err(SendTimeoutError::Disconnected(9))
             );
         });
