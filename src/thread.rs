@@ -1,9 +1,12 @@
 //! Green threads, in the shape of `std::thread`: [`spawn`], [`Builder`], [`JoinHandle`],
-//! [`sleep`], [`yield_now`], [`current`], and [`scope`], whose green threads may borrow from
-//! the caller (they all end before `scope` returns).
+//! [`sleep`], [`yield_now`], [`current`], [`park`] and [`park_timeout`] with
+//! [`Thread::unpark`], and [`scope`], whose green threads may borrow from the caller (they all
+//! end before `scope` returns).
 //!
 //! Every function here must be called from a green thread, that is, inside
-//! [`greenweave::run`](crate::run); outside one it panics with a message that says so.
+//! [`greenweave::run`](crate::run); outside one it panics with a message that says so. The
+//! exceptions are [`park`] and [`park_timeout`], which are std's there, and
+//! [`Thread::unpark`], callable from any OS thread.
 //!
 //! A green thread runs until it parks: on a socket that would block, a [`sleep`], a
 //! [`JoinHandle::join`], a [`yield_now`]. Then the scheduler runs the next ready one on the same
@@ -61,18 +64,22 @@ use std::io;
 use std::marker::PhantomData;
 use std::num::NonZeroU64;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::runtime::budget;
 use crate::runtime::scheduler::{self, Cancelled, with_scheduler};
 use crate::runtime::task::{Task, TaskState, Wait, Wake};
 use crate::stack::{Stack, pool};
+use park::Parker;
 
+pub(crate) mod park;
 mod remote;
 mod scope;
 mod select;
 
 pub use crate::runtime::locals::{AccessError, LocalKey};
+pub use park::{park, park_timeout};
 pub use remote::{RemoteJoinHandle, spawn_on};
 pub use scope::{Scope, ScopedJoinHandle, scope};
 
@@ -511,36 +518,102 @@ impl<T> fmt::Debug for JoinHandle<T> {
     }
 }
 
-/// A green thread's identity: its id and name, as `std::thread::Thread`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// A handle to a green thread, as `std::thread::Thread`: its id and name, and
+/// [`unpark`](Thread::unpark), which makes its [`park`] token available.
+///
+/// `Send` and `Sync`, and cheap to clone (one shared allocation per green thread), so any green
+/// thread of any worker, or any OS thread, may hold one and unpark with it. A handle may outlive
+/// its green thread: `unpark` then does nothing.
+///
+/// Two handles are equal when their ids and names are.
+///
+/// ```
+/// fn assert_send_sync<T: Send + Sync>() {}
+/// assert_send_sync::<greenweave::thread::Thread>();
+/// ```
+#[derive(Clone)]
 pub struct Thread {
-    id: ThreadId,
-    name: Option<Rc<str>>,
+    parker: Arc<Parker>,
 }
 
 impl Thread {
-    fn of(task: &Task) -> Thread {
+    pub(crate) fn of(task: &Task) -> Thread {
         Thread {
-            id: ThreadId(NonZeroU64::new(task.id).expect("green thread ids start at 1")),
-            name: task.name.as_deref().map(Rc::from),
+            parker: Parker::of(task),
         }
     }
 
     /// The id, unique within its runtime; the main green thread's is 1.
     pub fn id(&self) -> ThreadId {
-        self.id
+        self.parker.id
     }
 
     /// The name given with [`Builder::name`]; `Some("main")` for the main green thread.
     pub fn name(&self) -> Option<&str> {
-        self.name.as_deref()
+        self.parker.name.as_deref()
+    }
+
+    /// Makes the green thread's [`park`] token available, as `std::thread::Thread::unpark`:
+    /// if it is parked in [`park`] or [`park_timeout`] it wakes, and otherwise its next park
+    /// returns at once. Tokens do not add up: two unparks before a park end one park.
+    ///
+    /// Callable from anywhere: a green thread of the same OS thread (which wakes it directly),
+    /// one on another worker or any other OS thread (through its runtime's wake-up queue).
+    /// Does nothing once the green thread has ended.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use greenweave::thread;
+    ///
+    /// greenweave::run(|| {
+    ///     let parked = thread::current();
+    ///     let done = Arc::new(AtomicBool::new(false));
+    ///     let flag = done.clone();
+    ///     // A plain OS thread unparks a green thread.
+    ///     let os_thread = std::thread::spawn(move || {
+    ///         flag.store(true, Ordering::Release);
+    ///         parked.unpark();
+    ///     });
+    ///     while !done.load(Ordering::Acquire) {
+    ///         thread::park();
+    ///     }
+    ///     os_thread.join().unwrap();
+    /// });
+    /// ```
+    pub fn unpark(&self) {
+        self.parker.unpark();
+    }
+}
+
+impl fmt::Debug for Thread {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Thread")
+            .field("id", &self.id())
+            .field("name", &self.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for Thread {
+    fn eq(&self, other: &Thread) -> bool {
+        self.id() == other.id() && self.name() == other.name()
+    }
+}
+
+impl Eq for Thread {}
+
+impl std::hash::Hash for Thread {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.id().hash(state);
+        self.name().hash(state);
     }
 }
 
 /// A green thread's id: never 0 (ids start at 1), so an `Option<ThreadId>` is 8 bytes, as
 /// std's is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ThreadId(NonZeroU64);
+pub struct ThreadId(pub(crate) NonZeroU64);
 
 impl ThreadId {
     /// The id as a number (never 0).
@@ -549,7 +622,8 @@ impl ThreadId {
     }
 }
 
-/// The running green thread.
+/// The running green thread: a handle that any green thread or OS thread may use to
+/// [`unpark`](Thread::unpark) it.
 ///
 /// # Panics
 /// Outside a runtime.

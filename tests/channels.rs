@@ -850,3 +850,266 @@ fn dropping_a_receiver_drops_remote_messages_that_hold_remote_senders_of_the_cha
         .recv_timeout(Duration::from_secs(120))
         .expect("dropping the receiver deadlocked");
 }
+
+// `SyncSender::send_timeout` (issue 25). std's own repository has no test of it beyond its
+// doc example (std's mpmc channels come from crossbeam-channel); the two tests named
+// `send_timeout_*` are ported from crossbeam-channel's `send_timeout` tests (tests/array.rs
+// and tests/zero.rs), with green threads; the others pin down what the message becomes in
+// each outcome.
+mod send_timeout {
+    use std::cell::{Cell, RefCell};
+    use std::rc::Rc;
+    use std::time::Duration;
+
+    use greenweave::sync::mpsc::{self, SendError, SendTimeoutError};
+    use greenweave::thread;
+    use greenweave::time::timeout;
+
+    use super::Tally;
+
+    fn ms(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
+    // crossbeam-channel's tests/array.rs `send_timeout`, with signals where the original's
+    // receiver sleeps, so that the order of events does not depend on timing.
+    #[test]
+    fn send_timeout_array() {
+        greenweave::run(|| {
+            let (s, r) = mpsc::sync_channel(2);
+            let (go, wait_for_go) = mpsc::channel::<()>();
+            let receiver = greenweave::spawn(move || {
+                wait_for_go.recv().unwrap();
+                assert_eq!(r.recv(), Ok(1));
+                wait_for_go.recv().unwrap();
+                assert_eq!(r.recv(), Ok(2));
+                assert_eq!(r.recv(), Ok(4));
+            });
+            assert_eq!(s.send_timeout(1, ms(100)), Ok(()));
+            assert_eq!(s.send_timeout(2, ms(100)), Ok(()));
+            assert_eq!(s.send_timeout(3, ms(5)), Err(SendTimeoutError::Timeout(3)));
+            go.send(()).unwrap();
+            assert_eq!(s.send_timeout(4, Duration::from_secs(60)), Ok(()));
+            go.send(()).unwrap();
+            receiver.join().unwrap();
+            assert_eq!(s.send(5), Err(SendError(5)));
+        });
+    }
+
+    // crossbeam-channel's tests/zero.rs `send_timeout`, with a signal where the original's
+    // receiver sleeps.
+    #[test]
+    fn send_timeout_zero() {
+        greenweave::run(|| {
+            let (s, r) = mpsc::sync_channel(0);
+            let (go, wait_for_go) = mpsc::channel::<()>();
+            let receiver = greenweave::spawn(move || {
+                wait_for_go.recv().unwrap();
+                assert_eq!(r.recv(), Ok(8));
+            });
+            assert_eq!(s.send_timeout(7, ms(5)), Err(SendTimeoutError::Timeout(7)));
+            go.send(()).unwrap();
+            assert_eq!(s.send_timeout(8, Duration::from_secs(60)), Ok(()));
+            assert_eq!(
+                s.send_timeout(9, Duration::from_secs(60)),
+                Err(SendTimeoutError::Disconnected(9))
+            );
+            receiver.join().unwrap();
+        });
+    }
+
+    #[test]
+    fn a_full_channel_hands_the_message_back_on_timeout_and_keeps_the_others() {
+        let drops = Rc::new(Cell::new(0));
+        let tally = |n| (n, Tally(drops.clone()));
+        greenweave::run(|| {
+            let (tx, rx) = mpsc::sync_channel(1);
+            tx.send(tally(1)).unwrap();
+            let Err(SendTimeoutError::Timeout((2, back))) = tx.send_timeout(tally(2), ms(1)) else {
+                panic!("the send timed out");
+            };
+            assert_eq!(drops.get(), 0, "the message came back whole");
+            drop(back);
+            drop(tx);
+            let got: Vec<i32> = rx.iter().map(|(n, _)| n).collect();
+            assert_eq!(got, [1]);
+        });
+        assert_eq!(drops.get(), 2);
+    }
+
+    #[test]
+    fn room_made_before_the_deadline_lets_the_send_through_in_order() {
+        let got = greenweave::run(|| {
+            let (tx, rx) = mpsc::sync_channel(1);
+            tx.send(1).unwrap();
+            let receiver = greenweave::spawn(move || {
+                let first = rx.recv().unwrap(); // makes room for the waiting send
+                let second = rx.recv().unwrap();
+                vec![first, second]
+            });
+            tx.send_timeout(2, Duration::from_secs(60)).unwrap();
+            receiver.join().unwrap()
+        });
+        assert_eq!(got, [1, 2]);
+    }
+
+    #[test]
+    fn room_that_is_there_wins_over_a_timeout_of_zero() {
+        greenweave::run(|| {
+            let (tx, rx) = mpsc::sync_channel(1);
+            assert_eq!(tx.send_timeout(1, Duration::ZERO), Ok(()));
+            assert_eq!(
+                tx.send_timeout(2, Duration::ZERO),
+                Err(SendTimeoutError::Timeout(2))
+            );
+            assert_eq!(rx.try_recv(), Ok(1));
+        });
+    }
+
+    #[test]
+    fn the_receiver_dropped_during_the_wait_hands_the_message_back_as_disconnected() {
+        greenweave::run(|| {
+            for bound in [0, 1] {
+                let (tx, rx) = mpsc::sync_channel(bound);
+                if bound == 1 {
+                    tx.send(0).unwrap();
+                }
+                let dropper = greenweave::spawn(move || drop(rx));
+                assert_eq!(
+                    tx.send_timeout(7, Duration::from_secs(60)),
+                    Err(SendTimeoutError::Disconnected(7))
+                );
+                dropper.join().unwrap();
+            }
+        });
+    }
+
+    #[test]
+    fn a_rendezvous_send_that_times_out_takes_its_message_back_and_a_later_receive_finds_none() {
+        greenweave::run(|| {
+            let (tx, rx) = mpsc::sync_channel(0);
+            assert_eq!(tx.send_timeout(1, ms(1)), Err(SendTimeoutError::Timeout(1)));
+            assert_eq!(rx.try_recv(), Err(mpsc::TryRecvError::Empty));
+            // A receiver that waits takes the next one.
+            let receiver = greenweave::spawn(move || rx.recv());
+            thread::yield_now();
+            assert_eq!(tx.send_timeout(2, Duration::from_secs(60)), Ok(()));
+            assert_eq!(receiver.join().unwrap(), Ok(2));
+        });
+    }
+
+    #[test]
+    fn a_send_timeout_unwound_by_a_timeout_scope_or_a_cancellation_delivers_nothing() {
+        let drops = Rc::new(Cell::new(0));
+        greenweave::run(|| {
+            for bound in [0, 1] {
+                let (tx, rx) = mpsc::sync_channel(bound);
+                if bound == 1 {
+                    tx.send(Tally(drops.clone())).unwrap();
+                }
+                let before = drops.get();
+                let scoped = timeout(ms(1), || {
+                    tx.send_timeout(Tally(drops.clone()), Duration::from_secs(60))
+                });
+                assert!(scoped.is_err(), "the scope ended the wait");
+                assert_eq!(drops.get(), before + 1, "the message went with the unwind");
+                let tx = Rc::new(tx);
+                let waiter = {
+                    let (tx, drops) = (tx.clone(), drops.clone());
+                    greenweave::spawn(move || {
+                        let _ = tx.send_timeout(Tally(drops), Duration::from_secs(60));
+                    })
+                };
+                thread::yield_now(); // it waits
+                waiter.cancel();
+                assert!(waiter.join().unwrap_err().is_cancelled());
+                assert_eq!(drops.get(), before + 2);
+                drop(tx);
+                assert_eq!(
+                    rx.iter().count(),
+                    bound,
+                    "only the message sent first is there"
+                );
+            }
+        });
+    }
+
+    #[test]
+    fn senders_that_time_out_leave_the_line_in_order_for_the_ones_that_wait() {
+        let order = greenweave::run(|| {
+            let (tx, rx) = mpsc::sync_channel(1);
+            tx.send("first").unwrap();
+            let order = Rc::new(RefCell::new(Vec::new()));
+            let senders: Vec<_> = [("impatient", ms(1)), ("patient", Duration::from_secs(60))]
+                .into_iter()
+                .map(|(name, patience)| {
+                    let (tx, order) = (tx.clone(), order.clone());
+                    greenweave::spawn(move || {
+                        let outcome = tx.send_timeout(name, patience);
+                        order.borrow_mut().push((name, outcome.is_ok()));
+                    })
+                })
+                .collect();
+            thread::sleep(ms(5)); // the impatient one gives up
+            drop(tx);
+            let got: Vec<_> = rx.iter().collect();
+            for sender in senders {
+                sender.join().unwrap();
+            }
+            (got, Rc::try_unwrap(order).unwrap().into_inner())
+        });
+        assert_eq!(order.0, ["first", "patient"]);
+        assert_eq!(order.1, [("impatient", false), ("patient", true)]);
+    }
+
+    #[test]
+    fn a_send_timeout_in_a_destructor_during_an_unwind_times_out_at_once_with_its_message() {
+        struct SendsOnDrop(
+            mpsc::SyncSender<i32>,
+            Rc<Cell<Option<SendTimeoutError<i32>>>>,
+        );
+        impl Drop for SendsOnDrop {
+            fn drop(&mut self) {
+                // A green thread does not switch while it unwinds: the wait cannot happen.
+                self.1
+                    .set(self.0.send_timeout(7, Duration::from_secs(3600)).err());
+            }
+        }
+        greenweave::run(|| {
+            for bound in [0, 1] {
+                let (tx, rx) = mpsc::sync_channel(bound);
+                if bound == 1 {
+                    tx.send(0).unwrap();
+                }
+                let outcome = Rc::new(Cell::new(None));
+                let guard = SendsOnDrop(tx, outcome.clone());
+                let cancelled = greenweave::spawn(move || {
+                    let _guard = guard;
+                    thread::sleep(Duration::from_secs(3600));
+                });
+                thread::yield_now();
+                cancelled.cancel();
+                assert!(cancelled.join().unwrap_err().is_cancelled());
+                assert_eq!(outcome.take(), Some(SendTimeoutError::Timeout(7)));
+                assert_eq!(rx.iter().count(), bound);
+            }
+        });
+    }
+
+    #[test]
+    fn send_timeout_error_reads_as_stds_and_converts_from_send_error() {
+        let timeout: SendTimeoutError<i32> = SendTimeoutError::Timeout(1);
+        let disconnected: SendTimeoutError<i32> = SendError(2).into();
+        assert_eq!(disconnected, SendTimeoutError::Disconnected(2));
+        assert_eq!(timeout.to_string(), "timed out waiting on send operation");
+        assert_eq!(
+            disconnected.to_string(),
+            "sending on a disconnected channel"
+        );
+        // Debug needs no `Debug` message, as std's (whose very code prints the quoted text).
+        struct NotDebug;
+        let opaque: SendTimeoutError<NotDebug> = SendTimeoutError::Timeout(NotDebug);
+        assert!(format!("{opaque:?}").contains("SendTimeoutError(..)"));
+        let _: &dyn std::error::Error = &timeout;
+    }
+}

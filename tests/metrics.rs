@@ -117,6 +117,19 @@ fn parks_are_counted_by_the_reason_of_each_wait() {
 }
 
 #[test]
+fn a_thread_park_is_counted_under_its_own_reason() {
+    let metrics = greenweave::run(|| {
+        let child = greenweave::spawn(greenweave::thread::park);
+        // The child runs and parks; then it is unparked and ends.
+        greenweave::thread::yield_now();
+        child.thread().unpark();
+        child.join().unwrap();
+        metrics()
+    });
+    assert_eq!(metrics.green_park_count(ParkReason::Park), 1);
+}
+
+#[test]
 fn a_budget_spent_without_parking_counts_forced_yields() {
     let metrics = greenweave::run(|| {
         let (sender, receiver) = greenweave::sync::mpsc::channel();

@@ -645,3 +645,191 @@ fn a_try_recv_on_a_plain_os_thread_takes_the_message_of_a_select_waiting_to_send
     selecting.join().unwrap();
     assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
 }
+
+// `SyncSender::send_timeout` (issue 25), on channels whose ends are on different OS threads.
+// The `send_timeout_*` tests are ported from crossbeam-channel's `send_timeout` tests
+// (tests/array.rs and tests/zero.rs; std's mpmc channels come from crossbeam-channel, and
+// std's own repository has no test of `send_timeout` beyond its doc example), with the sender
+// a green thread and the receiver a plain OS thread.
+mod send_timeout {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    use greenweave::sync::shared::{self, SendError, SendTimeoutError, TryRecvError};
+    use greenweave::thread;
+    use greenweave::time::timeout;
+
+    use super::{Tally, runtime_thread};
+
+    fn ms(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
+    // crossbeam-channel's tests/array.rs `send_timeout`. Its receiver's sleeps, which order it
+    // against the sender's timeouts, are signals here: the two sides are on different OS
+    // threads, whose start-up times differ (by more than a short timeout under qemu).
+    #[test]
+    fn send_timeout_array() {
+        let (s, r) = shared::sync_channel(2);
+        let (go, wait_for_go) = shared::channel::<()>();
+        let (done, wait_for_done) = shared::channel::<()>();
+        let receiver = std::thread::spawn(move || {
+            wait_for_go.recv().unwrap();
+            assert_eq!(r.recv(), Ok(1));
+            wait_for_go.recv().unwrap();
+            assert_eq!(r.recv(), Ok(2));
+            assert_eq!(r.recv(), Ok(4));
+            drop(r);
+            done.send(()).unwrap();
+        });
+        greenweave::run(move || {
+            assert_eq!(s.send_timeout(1, ms(100)), Ok(()));
+            assert_eq!(s.send_timeout(2, ms(100)), Ok(()));
+            assert_eq!(s.send_timeout(3, ms(5)), Err(SendTimeoutError::Timeout(3)));
+            go.send(()).unwrap();
+            assert_eq!(s.send_timeout(4, Duration::from_secs(60)), Ok(()));
+            go.send(()).unwrap();
+            wait_for_done.recv().unwrap();
+            assert_eq!(s.send(5), Err(SendError(5)));
+        });
+        receiver.join().unwrap();
+    }
+
+    // crossbeam-channel's tests/zero.rs `send_timeout`, with a signal for the receiver's sleep
+    // (see `send_timeout_array`).
+    #[test]
+    fn send_timeout_zero() {
+        let (s, r) = shared::sync_channel(0);
+        let (go, wait_for_go) = shared::channel::<()>();
+        let receiver = std::thread::spawn(move || {
+            wait_for_go.recv().unwrap();
+            assert_eq!(r.recv(), Ok(8));
+        });
+        greenweave::run(move || {
+            assert_eq!(s.send_timeout(7, ms(5)), Err(SendTimeoutError::Timeout(7)));
+            go.send(()).unwrap();
+            assert_eq!(s.send_timeout(8, Duration::from_secs(60)), Ok(()));
+            assert_eq!(
+                s.send_timeout(9, Duration::from_secs(60)),
+                Err(SendTimeoutError::Disconnected(9))
+            );
+        });
+        receiver.join().unwrap();
+    }
+
+    #[test]
+    fn outside_a_runtime_a_send_timeout_blocks_the_os_thread_and_hands_the_message_back() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        for bound in [0, 1] {
+            let (tx, rx) = shared::sync_channel(bound);
+            if bound == 1 {
+                tx.send(Tally::new(&drops)).unwrap();
+            }
+            let Err(SendTimeoutError::Timeout(back)) = tx.send_timeout(Tally::new(&drops), ms(1))
+            else {
+                panic!("nobody receives: the send times out");
+            };
+            drop(back);
+            drop(tx);
+            assert_eq!(
+                rx.iter().count(),
+                bound,
+                "the timed-out message is not in the channel"
+            );
+        }
+        assert_eq!(drops.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn a_receive_in_another_runtime_makes_room_for_a_green_send_timeout() {
+        let (tx, rx) = shared::sync_channel(1);
+        let (go, wait_for_go) = shared::channel::<()>();
+        let consumer = runtime_thread(move || {
+            wait_for_go.recv().unwrap();
+            rx.iter().collect::<Vec<i32>>()
+        });
+        greenweave::run(move || {
+            tx.send(1).unwrap();
+            go.send(()).unwrap();
+            assert_eq!(tx.send_timeout(2, Duration::from_secs(60)), Ok(()));
+        });
+        assert_eq!(consumer.join().unwrap(), [1, 2]);
+    }
+
+    #[test]
+    fn the_receiver_dropped_on_another_os_thread_ends_the_wait_as_disconnected() {
+        for bound in [0, 1] {
+            let (tx, rx) = shared::sync_channel(bound);
+            if bound == 1 {
+                tx.send(0).unwrap();
+            }
+            let dropper = std::thread::spawn(move || {
+                std::thread::sleep(ms(5));
+                drop(rx);
+            });
+            greenweave::run(|| {
+                assert_eq!(
+                    tx.send_timeout(7, Duration::from_secs(60)),
+                    Err(SendTimeoutError::Disconnected(7))
+                );
+            });
+            dropper.join().unwrap();
+        }
+    }
+
+    #[test]
+    fn a_send_timeout_in_a_destructor_during_an_unwind_times_out_at_once_with_its_message() {
+        struct SendsOnDrop(
+            shared::SyncSender<i32>,
+            std::sync::mpsc::Sender<Option<SendTimeoutError<i32>>>,
+        );
+        impl Drop for SendsOnDrop {
+            fn drop(&mut self) {
+                // A green thread does not switch while it unwinds: the wait cannot happen.
+                let outcome = self.0.send_timeout(7, Duration::from_secs(3600)).err();
+                self.1.send(outcome).unwrap();
+            }
+        }
+        greenweave::run(|| {
+            for bound in [0, 1] {
+                let (tx, rx) = shared::sync_channel(bound);
+                if bound == 1 {
+                    tx.send(0).unwrap();
+                }
+                let (report, outcome) = std::sync::mpsc::channel();
+                let guard = SendsOnDrop(tx, report);
+                let cancelled = greenweave::spawn(move || {
+                    let _guard = guard;
+                    thread::sleep(Duration::from_secs(3600));
+                });
+                thread::yield_now();
+                cancelled.cancel();
+                assert!(cancelled.join().unwrap_err().is_cancelled());
+                assert_eq!(outcome.recv().unwrap(), Some(SendTimeoutError::Timeout(7)));
+                assert_eq!(rx.iter().count(), bound);
+            }
+        });
+    }
+
+    #[test]
+    fn a_send_timeout_unwound_by_a_timeout_scope_delivers_nothing() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        greenweave::run(|| {
+            for bound in [0, 1] {
+                let (tx, rx) = shared::sync_channel(bound);
+                if bound == 1 {
+                    tx.send(Tally::new(&drops)).unwrap();
+                }
+                let scoped = timeout(ms(1), || {
+                    tx.send_timeout(Tally::new(&drops), Duration::from_secs(60))
+                });
+                assert!(scoped.is_err(), "the scope ended the wait");
+                drop(tx);
+                assert_eq!(rx.iter().count(), bound);
+                assert!(matches!(rx.try_recv(), Err(TryRecvError::Disconnected)));
+            }
+        });
+        assert_eq!(drops.load(Ordering::SeqCst), 3);
+    }
+}

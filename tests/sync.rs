@@ -1666,3 +1666,480 @@ fn a_thread_name_with_a_nul_byte_panics_at_spawn_as_std_test_invalid_named_threa
         assert_eq!(message(std_spawn), expected);
     });
 }
+
+// Guard mapping and `RwLockWriteGuard::downgrade` (issue 25). The tests with std's names are
+// ported from std's `library/std/tests/sync/mutex.rs` and `rwlock.rs`, with green threads and
+// `Rc` where std has OS threads and `Arc`, and parking_lot's `try_map` where std's nightly
+// says `filter_map`.
+
+mod mutex_std {
+    use std::panic::{self, AssertUnwindSafe};
+    use std::rc::Rc;
+    use std::sync::TryLockError;
+
+    use greenweave::sync::{MappedMutexGuard, Mutex, MutexGuard};
+
+    // std's `test_mapping_mapped_guard` (mutex.rs).
+    #[test]
+    fn test_mapping_mapped_guard() {
+        greenweave::run(|| {
+            let arr = [0; 4];
+            let mut lock = Mutex::new(arr);
+            let guard = lock.lock().unwrap();
+            let guard = MutexGuard::map(guard, |arr| &mut arr[..2]);
+            let mut guard = MappedMutexGuard::map(guard, |slice| &mut slice[1..]);
+            assert_eq!(guard.len(), 1);
+            guard[0] = 42;
+            drop(guard);
+            assert_eq!(*lock.get_mut().unwrap(), [0, 42, 0, 0]);
+        });
+    }
+
+    // std's `test_mutex_arc_poison_mapped` (mutex.rs).
+    #[test]
+    fn test_mutex_arc_poison_mapped() {
+        greenweave::run(|| {
+            let arc = Rc::new(Mutex::new(1));
+            assert!(!arc.is_poisoned());
+            let arc2 = arc.clone();
+            let joined = greenweave::spawn(move || {
+                let lock = arc2.lock().unwrap();
+                let lock = MutexGuard::map(lock, |val| val);
+                assert_eq!(*lock, 2); // deliberate assertion failure to poison the mutex
+            })
+            .join();
+            assert!(joined.is_err());
+            assert!(arc.lock().is_err());
+            assert!(arc.is_poisoned());
+        });
+    }
+
+    // std's `panic_while_mapping_unlocked_poison` (mutex.rs), with the poison cleared after
+    // each case so that each one's check counts.
+    #[test]
+    fn panic_while_mapping_unlocked_poison() {
+        greenweave::run(|| {
+            let lock = Mutex::new(());
+            let check = |what: &str| {
+                match lock.try_lock() {
+                    Ok(_) => panic!("panicking in a {what} closure should poison the Mutex"),
+                    Err(TryLockError::WouldBlock) => {
+                        panic!("panicking in a {what} closure should unlock the mutex")
+                    }
+                    Err(TryLockError::Poisoned(_)) => {}
+                }
+                lock.clear_poison();
+            };
+
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+                let guard = lock.lock().unwrap();
+                let _guard = MutexGuard::map::<(), _>(guard, |_| panic!());
+            }));
+            check("MutexGuard::map");
+
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+                let guard = lock.lock().unwrap();
+                let _guard = MutexGuard::try_map::<(), _>(guard, |_| panic!());
+            }));
+            check("MutexGuard::try_map");
+
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+                let guard = lock.lock().unwrap();
+                let guard = MutexGuard::map::<(), _>(guard, |val| val);
+                let _guard = MappedMutexGuard::map::<(), _>(guard, |_| panic!());
+            }));
+            check("MappedMutexGuard::map");
+
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+                let guard = lock.lock().unwrap();
+                let guard = MutexGuard::map::<(), _>(guard, |val| val);
+                let _guard = MappedMutexGuard::try_map::<(), _>(guard, |_| panic!());
+            }));
+            check("MappedMutexGuard::try_map");
+        });
+    }
+
+    #[test]
+    fn a_mapped_guard_keeps_the_lock_and_hands_it_to_the_first_waiter_when_dropped() {
+        greenweave::run(|| {
+            let lock = Rc::new(Mutex::new((0, Vec::new())));
+            let mut log = MutexGuard::map(lock.lock().unwrap(), |(_, log)| log);
+            let waiter = {
+                let lock = lock.clone();
+                greenweave::spawn(move || lock.lock().unwrap().1.push("waiter"))
+            };
+            greenweave::thread::yield_now(); // the waiter queues
+            assert!(matches!(lock.try_lock(), Err(TryLockError::WouldBlock)));
+            log.push("mapped");
+            drop(log);
+            waiter.join().unwrap();
+            assert_eq!(lock.lock().unwrap().1, ["mapped", "waiter"]);
+        });
+    }
+
+    #[test]
+    fn try_map_that_finds_nothing_gives_back_the_guard_still_holding_the_lock() {
+        greenweave::run(|| {
+            let lock = Mutex::new(vec![1]);
+            let guard = MutexGuard::try_map(lock.lock().unwrap(), |v| v.get_mut(3)).unwrap_err();
+            assert!(matches!(lock.try_lock(), Err(TryLockError::WouldBlock)));
+            let mapped = MutexGuard::map(guard, |v| &mut v[0]);
+            let mapped = MappedMutexGuard::try_map(mapped, |_| None::<&mut ()>).unwrap_err();
+            assert_eq!(*mapped, 1);
+            assert!(matches!(lock.try_lock(), Err(TryLockError::WouldBlock)));
+            drop(mapped);
+            assert!(lock.try_lock().is_ok());
+        });
+    }
+}
+
+mod rwlock_std {
+    use std::panic::{self, AssertUnwindSafe};
+    use std::rc::Rc;
+    use std::sync::TryLockError;
+
+    use greenweave::sync::{
+        MappedRwLockReadGuard, MappedRwLockWriteGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
+    };
+    use greenweave::thread;
+
+    // std's `test_downgrade_basic` (rwlock.rs).
+    #[test]
+    fn test_downgrade_basic() {
+        greenweave::run(|| {
+            let r = RwLock::new(());
+            let write_guard = r.write().unwrap();
+            let _read_guard = RwLockWriteGuard::downgrade(write_guard);
+        });
+    }
+
+    // std's `test_downgrade_observe` (rwlock.rs): `W` writers each increment the counter `N`
+    // times and check that the value they wrote has not changed after downgrading; here each
+    // yields after the downgrade, so that the others try to get in.
+    #[test]
+    fn test_downgrade_observe() {
+        const W: usize = 20;
+        const N: usize = 100;
+        greenweave::run(|| {
+            let rw = Rc::new(RwLock::new(0));
+            let handles: Vec<_> = (0..W)
+                .map(|_| {
+                    let rw = rw.clone();
+                    greenweave::spawn(move || {
+                        for _ in 0..N {
+                            let mut write_guard = rw.write().unwrap();
+                            *write_guard += 1;
+                            let cur_val = *write_guard;
+                            let read_guard = RwLockWriteGuard::downgrade(write_guard);
+                            thread::yield_now();
+                            assert_eq!(cur_val, *read_guard);
+                        }
+                    })
+                })
+                .collect();
+            for handle in handles {
+                handle.join().unwrap();
+            }
+            assert_eq!(*rw.read().unwrap(), W * N);
+        });
+    }
+
+    // std's `test_downgrade_atomic` (rwlock.rs): writers queued behind the write lock cannot
+    // get in between the downgrade and the read that follows it.
+    #[test]
+    fn test_downgrade_atomic() {
+        const NEW_VALUE: i32 = -1;
+        const W: usize = 20;
+        greenweave::run(|| {
+            let rwlock = Rc::new(RwLock::new(0));
+            let mut main_write_guard = rwlock.write().unwrap();
+            let handles: Vec<_> = (0..W)
+                .map(|_| {
+                    let rwlock = rwlock.clone();
+                    greenweave::spawn(move || {
+                        let mut evil_guard = rwlock.write().unwrap();
+                        *evil_guard += 1;
+                    })
+                })
+                .collect();
+            thread::yield_now(); // every evil writer queues
+            *main_write_guard = NEW_VALUE;
+            let main_read_guard = RwLockWriteGuard::downgrade(main_write_guard);
+            thread::yield_now(); // they run, and must still wait
+            assert_eq!(*main_read_guard, NEW_VALUE, "`downgrade` was not atomic");
+            drop(main_read_guard);
+            for handle in handles {
+                handle.join().unwrap();
+            }
+            assert_eq!(*rwlock.read().unwrap(), W as i32 + NEW_VALUE);
+        });
+    }
+
+    #[test]
+    fn a_downgrade_lets_in_the_readers_queued_before_the_first_waiting_writer_and_no_one_else() {
+        let order = greenweave::run(|| {
+            let lock = Rc::new(RwLock::new(0));
+            let order = Rc::new(std::cell::RefCell::new(Vec::new()));
+            let mut guard = lock.write().unwrap();
+            let waiter = |name: &'static str, write: bool| {
+                let (lock, order) = (lock.clone(), order.clone());
+                greenweave::spawn(move || {
+                    if write {
+                        let mut value = lock.write().unwrap();
+                        *value += 1;
+                        order.borrow_mut().push(name);
+                    } else {
+                        let value = lock.read().unwrap();
+                        order.borrow_mut().push(name);
+                        // Reads what the downgrading writer left while it still holds its read
+                        // lock, or what the writer queued before it left.
+                        assert!(*value == 10 || *value == 11, "{name} read {}", *value);
+                    }
+                })
+            };
+            let waiters = [
+                waiter("reader 1", false),
+                waiter("reader 2", false),
+                waiter("writer", true),
+                waiter("reader 3", false),
+            ];
+            thread::yield_now(); // all four queue, in this order
+            *guard = 10;
+            let read = RwLockWriteGuard::downgrade(guard);
+            thread::yield_now(); // readers 1 and 2 were let in; the writer waits, and reader 3
+            order.borrow_mut().push("downgraded reader done");
+            assert_eq!(*read, 10);
+            drop(read);
+            for waiter in waiters {
+                waiter.join().unwrap();
+            }
+            Rc::try_unwrap(order).unwrap().into_inner()
+        });
+        assert_eq!(
+            order,
+            [
+                "reader 1",
+                "reader 2",
+                "downgraded reader done",
+                "writer",
+                "reader 3"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_downgrade_during_an_unwind_does_not_poison_the_lock_as_stds_does_not() {
+        greenweave::run(|| {
+            let lock = RwLock::new(0);
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+                struct DowngradeOnDrop<'a>(Option<RwLockWriteGuard<'a, i32>>);
+                impl Drop for DowngradeOnDrop<'_> {
+                    fn drop(&mut self) {
+                        let read = RwLockWriteGuard::downgrade(self.0.take().unwrap());
+                        assert_eq!(*read, 0);
+                    }
+                }
+                let _guard = DowngradeOnDrop(Some(lock.write().unwrap()));
+                panic!("unwinding with the write lock");
+            }));
+            assert!(!lock.is_poisoned());
+            assert!(lock.try_write().is_ok());
+        });
+    }
+
+    // std's `test_mapping_mapped_guard` (rwlock.rs).
+    #[test]
+    fn test_mapping_mapped_guard() {
+        greenweave::run(|| {
+            let arr = [0; 4];
+            let mut lock = RwLock::new(arr);
+            let guard = lock.write().unwrap();
+            let guard = RwLockWriteGuard::map(guard, |arr| &mut arr[..2]);
+            let mut guard = MappedRwLockWriteGuard::map(guard, |slice| &mut slice[1..]);
+            assert_eq!(guard.len(), 1);
+            guard[0] = 42;
+            drop(guard);
+            assert_eq!(*lock.get_mut().unwrap(), [0, 42, 0, 0]);
+
+            let guard = lock.read().unwrap();
+            let guard = RwLockReadGuard::map(guard, |arr| &arr[..2]);
+            let guard = MappedRwLockReadGuard::map(guard, |slice| &slice[1..]);
+            assert_eq!(*guard, [42]);
+            drop(guard);
+            assert_eq!(*lock.get_mut().unwrap(), [0, 42, 0, 0]);
+        });
+    }
+
+    // std's `test_mapped_read_guard_covariance` (rwlock.rs): compiles only if the mapped read
+    // guard is covariant.
+    #[test]
+    fn test_mapped_read_guard_covariance() {
+        fn do_stuff<'a>(_: MappedRwLockReadGuard<'_, &'a i32>, _: &'a i32) {}
+        greenweave::run(|| {
+            let j: i32 = 5;
+            let lock = RwLock::new((&j, &j));
+            {
+                let i = 6;
+                let guard = lock.read().unwrap();
+                let guard = RwLockReadGuard::map(guard, |(val, _val)| val);
+                do_stuff(guard, &i);
+            }
+            drop(lock);
+        });
+    }
+
+    // std's `poison_test_rwlock_try_write` (rwlock.rs): a mapped read guard keeps the read
+    // lock.
+    #[test]
+    fn poison_test_rwlock_try_write() {
+        greenweave::run(|| {
+            let lock = RwLock::new(0isize);
+            let read_guard = lock.read().unwrap();
+            assert!(matches!(lock.try_write(), Err(TryLockError::WouldBlock)));
+            drop(read_guard);
+            let mapped_read_guard = RwLockReadGuard::map(lock.read().unwrap(), |_| &());
+            assert!(matches!(lock.try_write(), Err(TryLockError::WouldBlock)));
+            drop(mapped_read_guard);
+            assert!(lock.try_write().is_ok());
+        });
+    }
+
+    // std's `test_rw_arc_poison_mapped_w_r`, `test_rw_arc_poison_mapped_w_w`,
+    // `test_rw_arc_no_poison_mapped_r_r` and `test_rw_arc_no_poison_mapped_r_w` (rwlock.rs),
+    // in one: a mapped write guard poisons on a panic, a mapped read guard does not.
+    #[test]
+    fn test_rw_arc_poison_mapped_w_r() {
+        greenweave::run(|| {
+            let arc = Rc::new(RwLock::new(1));
+            let arc2 = arc.clone();
+            let _ = greenweave::spawn(move || {
+                let lock = arc2.write().unwrap();
+                let _lock = RwLockWriteGuard::map(lock, |val| val);
+                panic!();
+            })
+            .join();
+            assert!(arc.read().is_err());
+            assert!(arc.write().is_err());
+            assert!(arc.is_poisoned());
+
+            let arc = Rc::new(RwLock::new(1));
+            let arc2 = arc.clone();
+            let _ = greenweave::spawn(move || {
+                let lock = arc2.read().unwrap();
+                let _lock = RwLockReadGuard::map(lock, |val| val);
+                panic!();
+            })
+            .join();
+            assert_eq!(*arc.read().unwrap(), 1);
+            assert_eq!(*arc.write().unwrap(), 1);
+        });
+    }
+
+    // std's `panic_while_mapping_read_unlocked_no_poison` (rwlock.rs).
+    #[test]
+    fn panic_while_mapping_read_unlocked_no_poison() {
+        greenweave::run(|| {
+            let lock = RwLock::new(());
+            let check = |what: &str| match lock.try_write() {
+                Ok(_) => {}
+                Err(TryLockError::WouldBlock) => {
+                    panic!("panicking in a {what} closure should release the read lock")
+                }
+                Err(TryLockError::Poisoned(_)) => {
+                    panic!("panicking in a {what} closure should not poison the RwLock")
+                }
+            };
+
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+                let guard = lock.read().unwrap();
+                let _guard = RwLockReadGuard::map::<(), _>(guard, |_| panic!());
+            }));
+            check("RwLockReadGuard::map");
+
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+                let guard = lock.read().unwrap();
+                let _guard = RwLockReadGuard::try_map::<(), _>(guard, |_| panic!());
+            }));
+            check("RwLockReadGuard::try_map");
+
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+                let guard = lock.read().unwrap();
+                let guard = RwLockReadGuard::map::<(), _>(guard, |val| val);
+                let _guard = MappedRwLockReadGuard::map::<(), _>(guard, |_| panic!());
+            }));
+            check("MappedRwLockReadGuard::map");
+
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+                let guard = lock.read().unwrap();
+                let guard = RwLockReadGuard::map::<(), _>(guard, |val| val);
+                let _guard = MappedRwLockReadGuard::try_map::<(), _>(guard, |_| panic!());
+            }));
+            check("MappedRwLockReadGuard::try_map");
+        });
+    }
+
+    // std's `panic_while_mapping_write_unlocked_poison` (rwlock.rs), with the poison cleared
+    // after each case so that each one's check counts.
+    #[test]
+    fn panic_while_mapping_write_unlocked_poison() {
+        greenweave::run(|| {
+            let lock = RwLock::new(());
+            let check = |what: &str| {
+                match lock.try_write() {
+                    Ok(_) => panic!("panicking in a {what} closure should poison the RwLock"),
+                    Err(TryLockError::WouldBlock) => {
+                        panic!("panicking in a {what} closure should release the write lock")
+                    }
+                    Err(TryLockError::Poisoned(_)) => {}
+                }
+                lock.clear_poison();
+            };
+
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+                let guard = lock.write().unwrap();
+                let _guard = RwLockWriteGuard::map::<(), _>(guard, |_| panic!());
+            }));
+            check("RwLockWriteGuard::map");
+
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+                let guard = lock.write().unwrap();
+                let _guard = RwLockWriteGuard::try_map::<(), _>(guard, |_| panic!());
+            }));
+            check("RwLockWriteGuard::try_map");
+
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+                let guard = lock.write().unwrap();
+                let guard = RwLockWriteGuard::map::<(), _>(guard, |val| val);
+                let _guard = MappedRwLockWriteGuard::map::<(), _>(guard, |_| panic!());
+            }));
+            check("MappedRwLockWriteGuard::map");
+
+            let _ = panic::catch_unwind(AssertUnwindSafe(|| {
+                let guard = lock.write().unwrap();
+                let guard = RwLockWriteGuard::map::<(), _>(guard, |val| val);
+                let _guard = MappedRwLockWriteGuard::try_map::<(), _>(guard, |_| panic!());
+            }));
+            check("MappedRwLockWriteGuard::try_map");
+        });
+    }
+
+    #[test]
+    fn a_mapped_write_guard_dropped_hands_the_lock_to_the_queued_readers() {
+        greenweave::run(|| {
+            let lock = Rc::new(RwLock::new((0, 0)));
+            let mut first = RwLockWriteGuard::map(lock.write().unwrap(), |pair| &mut pair.0);
+            let readers: Vec<_> = (0..3)
+                .map(|_| {
+                    let lock = lock.clone();
+                    greenweave::spawn(move || lock.read().unwrap().0)
+                })
+                .collect();
+            thread::yield_now(); // they queue
+            *first = 7;
+            drop(first);
+            for reader in readers {
+                assert_eq!(reader.join().unwrap(), 7);
+            }
+        });
+    }
+}

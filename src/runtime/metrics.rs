@@ -60,6 +60,9 @@ pub enum ParkReason {
     /// A futex wait made green by the `hooks` feature (a std or parking_lot lock, condvar,
     /// channel or `thread::park`).
     Futex,
+    /// [`thread::park`](crate::thread::park) with no deadline, ended by
+    /// [`Thread::unpark`](crate::thread::Thread::unpark).
+    Park,
 }
 
 impl ParkReason {
@@ -75,6 +78,7 @@ impl ParkReason {
         ParkReason::OtherWorker,
         ParkReason::Shared,
         ParkReason::Futex,
+        ParkReason::Park,
     ];
 
     /// The reason a park for `wait` is counted under.
@@ -91,12 +95,13 @@ impl ParkReason {
             Wait::OtherWorker(_) => ParkReason::OtherWorker,
             Wait::Shared(_) => ParkReason::Shared,
             Wait::Futex(_) => ParkReason::Futex,
+            Wait::Park => ParkReason::Park,
         }
     }
 }
 
 /// How many [`ParkReason`]s there are.
-const PARK_REASONS: usize = 10;
+const PARK_REASONS: usize = 11;
 
 /// Buckets of the scheduling delay histogram: bucket 0 holds delays under 64 ns, bucket `i`
 /// delays from `64 << (i - 1)` ns up to `64 << i` ns, and the last one everything from

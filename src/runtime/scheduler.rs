@@ -1025,6 +1025,7 @@ impl Scheduler {
                 .borrow()
                 .iter()
                 .any(|task| match task.waiting.get() {
+                    Some((Wait::Park, false)) => task.may_be_unparked(),
                     Some((wait, has_deadline)) => wait.can_end_by_itself(has_deadline),
                     None => task.state.get() != TaskState::Parked,
                 })

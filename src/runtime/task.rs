@@ -13,10 +13,12 @@ use std::mem::{self, MaybeUninit};
 use std::os::fd::RawFd;
 use std::ptr::{self, NonNull};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
 
 use crate::coroutine::{Coroutine, Yielder};
 use crate::greenlet::World;
+use crate::thread::park::Parker;
 
 use super::locals::TableHome;
 use super::reactor::{Interest, ScheduledIo};
@@ -63,6 +65,9 @@ pub(crate) enum Wait {
     /// parking_lot lock, condvar, `Once`, channel or `thread::park`): any OS thread may wake it.
     #[cfg_attr(not(feature = "hooks"), allow(dead_code))]
     Futex(usize),
+    /// `thread::park` with no deadline: woken by `Thread::unpark`, from any green thread or OS
+    /// thread that holds a handle (the scheduler asks the task whether one may be out).
+    Park,
 }
 
 /// What a parked `select` waits for, in one `Copy` word or two for the deadlock report: how
@@ -165,6 +170,10 @@ impl fmt::Display for Wait {
                 "waiting on the futex at {address:#x} (a std or parking_lot lock, condvar, \
                  channel or thread::park), which any OS thread may wake"
             ),
+            Wait::Park => write!(
+                f,
+                "in greenweave::thread::park, with no Thread handle left to unpark it"
+            ),
         }
     }
 }
@@ -248,6 +257,9 @@ pub(crate) struct Task {
     /// The `tracing` spans it holds entered while it does not run (`runtime::trace`).
     #[cfg(feature = "tracing")]
     pub(crate) spans: super::trace::TaskSpans,
+    /// What its `thread::Thread` handles share (the park token, where an unpark sends its
+    /// wake-up): made when the first handle is, replaced when the task is reused.
+    pub(crate) parker: RefCell<Option<Arc<Parker>>>,
 }
 
 impl Task {
@@ -273,6 +285,7 @@ impl Task {
             locals: TableHome::new(),
             #[cfg(feature = "tracing")]
             spans: super::trace::TaskSpans::default(),
+            parker: RefCell::new(None),
         }
     }
 
@@ -298,6 +311,9 @@ impl Task {
         self.locals.reset();
         #[cfg(feature = "tracing")]
         self.spans.reset();
+        // Handles of the green thread that ran in this allocation keep their own parker, whose
+        // key names that thread: an unpark through one finds it gone and does nothing.
+        *self.parker.get_mut() = None;
     }
 
     /// Gives up on a task whose runtime is ending while it is still unfinished (shutdown could
@@ -364,6 +380,17 @@ impl Task {
             slot: self.slot,
             id: self.id,
         }
+    }
+
+    /// For a task parked in `thread::park` (`Wait::Park`): whether a `thread::Thread` handle
+    /// may exist through which an unpark could end the park. Two references to the parker are
+    /// not handles: the task's own record of it and the parking call's. A handle kept on the
+    /// parked green thread's own stack counts all the same: the answer errs on "may".
+    pub(crate) fn may_be_unparked(&self) -> bool {
+        self.parker
+            .borrow()
+            .as_ref()
+            .is_some_and(|parker| Arc::strong_count(parker) > 2)
     }
 
     /// Whether the task is parked in park number `park` (not woken since).

@@ -26,7 +26,9 @@ pub use barrier::{Barrier, BarrierWaitResult};
 pub use condvar::{Condvar, WaitTimeoutResult};
 pub use event::Event;
 pub use group::{Group, Pool, join_all};
-pub use mutex::{Mutex, MutexGuard};
-pub use rwlock::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+pub use mutex::{MappedMutexGuard, Mutex, MutexGuard};
+pub use rwlock::{
+    MappedRwLockReadGuard, MappedRwLockWriteGuard, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
 pub use semaphore::{Semaphore, SemaphorePermit};
 pub use wait_group::WaitGroup;

@@ -45,6 +45,43 @@ use std::time::{Duration, Instant};
 
 pub use std::sync::mpsc::{RecvError, RecvTimeoutError, SendError, TryRecvError, TrySendError};
 
+/// Why a [`SyncSender::send_timeout`] failed, with the message handed back: std's nightly
+/// `std::sync::mpsc::SendTimeoutError` (feature `sendtimeout`), which stable std does not
+/// export, so greenweave has its own with std's shape and words. `sync::shared`'s
+/// `send_timeout` returns the same type.
+#[derive(PartialEq, Eq, Clone, Copy)]
+pub enum SendTimeoutError<T> {
+    /// The channel stayed full (on a rendezvous channel: no receiver took the message) until
+    /// the timeout passed.
+    Timeout(T),
+    /// The receiver is gone: the message could never be received.
+    Disconnected(T),
+}
+
+impl<T> fmt::Debug for SendTimeoutError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // As std's: the message need not be `Debug`.
+        "SendTimeoutError(..)".fmt(f)
+    }
+}
+
+impl<T> fmt::Display for SendTimeoutError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SendTimeoutError::Timeout(..) => "timed out waiting on send operation".fmt(f),
+            SendTimeoutError::Disconnected(..) => "sending on a disconnected channel".fmt(f),
+        }
+    }
+}
+
+impl<T> std::error::Error for SendTimeoutError<T> {}
+
+impl<T> From<SendError<T>> for SendTimeoutError<T> {
+    fn from(error: SendError<T>) -> SendTimeoutError<T> {
+        SendTimeoutError::Disconnected(error.0)
+    }
+}
+
 use crate::runtime::budget;
 use crate::runtime::ring::Ring;
 use crate::runtime::scheduler::{self, RemoteQueue, with_scheduler};
@@ -399,6 +436,100 @@ impl<T> SyncSender<T> {
                 shared
                     .senders_waiting
                     .wait("a rendezvous channel (send)", None);
+            }
+            std::mem::forget(unwinding);
+        }
+        Ok(())
+    }
+
+    /// [`send`](SyncSender::send), waiting at most `timeout` for room (on a rendezvous
+    /// channel, for the receiver to take the message), as std's nightly
+    /// `SyncSender::send_timeout`. A message that could not be delivered in time comes back in
+    /// [`SendTimeoutError::Timeout`], and one the receiver is gone for in
+    /// [`SendTimeoutError::Disconnected`]: nothing is lost. Room that appears in the same turn
+    /// as the deadline wins: the message is sent.
+    ///
+    /// # Errors
+    /// `Timeout` with the message once `timeout` has passed; `Disconnected` with the message if
+    /// the receiver is gone (before or during the wait).
+    ///
+    /// # Panics
+    /// If it has to park outside a runtime. A cancellation or an expired
+    /// [`time::timeout`](crate::time::timeout) unwinds from the wait as from `send`'s.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use greenweave::sync::mpsc::{self, SendTimeoutError};
+    ///
+    /// greenweave::run(|| {
+    ///     let (tx, rx) = mpsc::sync_channel(1);
+    ///     tx.send_timeout(1, Duration::from_millis(1)).unwrap();
+    ///     // Full, and nobody receives: the message comes back.
+    ///     assert_eq!(
+    ///         tx.send_timeout(2, Duration::from_millis(1)),
+    ///         Err(SendTimeoutError::Timeout(2))
+    ///     );
+    ///     assert_eq!(rx.recv(), Ok(1));
+    ///     drop(rx);
+    ///     assert_eq!(
+    ///         tx.send_timeout(3, Duration::from_millis(1)),
+    ///         Err(SendTimeoutError::Disconnected(3))
+    ///     );
+    /// });
+    /// ```
+    pub fn send_timeout(&self, message: T, timeout: Duration) -> Result<(), SendTimeoutError<T>> {
+        budget::spend("SyncSender::send_timeout");
+        // A timeout too large to add to now waits as long as `send` does.
+        let deadline = Instant::now().checked_add(timeout);
+        let passed = |timed_out: bool| {
+            timed_out || deadline.is_some_and(|deadline| Instant::now() >= deadline)
+        };
+        let shared = &self.shared;
+        let bound = shared.bound.expect("a SyncSender's channel is bounded");
+        let mut timed_out = false;
+        while bound > 0 && shared.queue.len() >= bound {
+            if !shared.receiver_alive.get() {
+                return Err(SendTimeoutError::Disconnected(message));
+            }
+            if passed(timed_out) {
+                return Err(SendTimeoutError::Timeout(message));
+            }
+            // `TimedOut` is the deadline (or a wait while unwinding, which cannot wait): one
+            // more look, then the send fails.
+            timed_out = shared
+                .senders_waiting
+                .wait("a full channel (send_timeout)", deadline)
+                == Wake::TimedOut;
+        }
+        if !shared.receiver_alive.get() {
+            return Err(SendTimeoutError::Disconnected(message));
+        }
+        let seq = shared.push(message);
+        if bound == 0 {
+            // If the wait below unwinds, the send fails: the message must not be received
+            // after that.
+            let unwinding = TakeBack { shared, seq };
+            let mut timed_out = false;
+            while shared.next_taken.get() <= seq {
+                let failed = if !shared.receiver_alive.get() {
+                    Some(SendTimeoutError::Disconnected as fn(T) -> SendTimeoutError<T>)
+                } else if passed(timed_out) {
+                    Some(SendTimeoutError::Timeout as fn(T) -> SendTimeoutError<T>)
+                } else {
+                    None
+                };
+                if let Some(error) = failed {
+                    std::mem::forget(unwinding);
+                    // Never taken: take it back and hand it to the caller.
+                    return match shared.take_back(seq) {
+                        Some(message) => Err(error(message)),
+                        None => Ok(()),
+                    };
+                }
+                timed_out = shared
+                    .senders_waiting
+                    .wait("a rendezvous channel (send_timeout)", deadline)
+                    == Wake::TimedOut;
             }
             std::mem::forget(unwinding);
         }

@@ -1,14 +1,18 @@
 //! A green mutual-exclusion lock with std's `Mutex` API: waiting for it parks the green
 //! thread, not the OS thread.
 //!
-//! Owns: the lock state (held or not, poisoned or not), the protected value and the FIFO queue
-//! of waiters. Unlocking hands the lock straight to the longest waiter, so a green thread that
-//! arrives in between cannot overtake it.
+//! Owns: the lock state (held or not, poisoned or not: `RawMutex`, apart from the value so that
+//! a [`MappedMutexGuard`] of a part of the value can release it), the protected value and the
+//! FIFO queue of waiters. Unlocking hands the lock straight to the longest waiter, so a green
+//! thread that arrives in between cannot overtake it.
 
 use std::cell::{Cell, UnsafeCell};
 use std::fmt;
+use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::panic::{RefUnwindSafe, UnwindSafe};
+use std::ptr::NonNull;
 use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
 
 use super::grant_queue::GrantQueue;
@@ -72,10 +76,37 @@ use crate::runtime::budget;
 /// assert_send(greenweave::sync::Mutex::new(0));
 /// ```
 pub struct Mutex<T: ?Sized> {
+    raw: RawMutex,
+    data: UnsafeCell<T>,
+}
+
+/// The lock itself, apart from the value: what a guard needs to unlock and poison, in a type
+/// that does not depend on `T`, so that a [`MappedMutexGuard`] of a part of the value can
+/// unlock it too.
+struct RawMutex {
     locked: Cell<bool>,
     poisoned: Cell<bool>,
     waiters: GrantQueue<()>,
-    data: UnsafeCell<T>,
+}
+
+impl RawMutex {
+    /// Releases the lock: to the first waiter if there is one (the mutex stays locked, now on
+    /// its behalf), otherwise for anyone.
+    fn unlock(&self) {
+        if self.waiters.grant_front().is_none() {
+            self.locked.set(false);
+        }
+    }
+
+    /// What a guard does when it goes: poisons the lock if its green thread began unwinding
+    /// while holding it (`panicking`: whether it already was when it took the lock), then
+    /// unlocks.
+    fn release(&self, panicking: bool) {
+        if !panicking && std::thread::panicking() {
+            self.poisoned.set(true);
+        }
+        self.unlock();
+    }
 }
 
 // As std's: a panic while the lock is held poisons it, so a mutex crossing `catch_unwind` shows
@@ -96,9 +127,11 @@ impl<T> Mutex<T> {
     /// ```
     pub const fn new(value: T) -> Mutex<T> {
         Mutex {
-            locked: Cell::new(false),
-            poisoned: Cell::new(false),
-            waiters: GrantQueue::new(),
+            raw: RawMutex {
+                locked: Cell::new(false),
+                poisoned: Cell::new(false),
+                waiters: GrantQueue::new(),
+            },
             data: UnsafeCell::new(value),
         }
     }
@@ -118,7 +151,7 @@ impl<T> Mutex<T> {
     /// });
     /// ```
     pub fn into_inner(self) -> LockResult<T> {
-        let poisoned = self.poisoned.get();
+        let poisoned = self.raw.poisoned.get();
         let value = self.data.into_inner();
         if poisoned {
             Err(PoisonError::new(value))
@@ -162,10 +195,10 @@ impl<T: ?Sized> Mutex<T> {
     pub fn lock(&self) -> LockResult<MutexGuard<'_, T>> {
         budget::spend("Mutex::lock");
         // Unlocking hands the lock to a waiter if there is one, so an unlocked mutex has none.
-        if !self.locked.get() {
-            self.locked.set(true);
+        if !self.raw.locked.get() {
+            self.raw.locked.set(true);
         } else {
-            self.waiters.wait("Mutex::lock", (), None, |granted| {
+            self.raw.waiters.wait("Mutex::lock", (), None, |granted| {
                 if granted {
                     self.unlock();
                 }
@@ -194,10 +227,10 @@ impl<T: ?Sized> Mutex<T> {
     /// });
     /// ```
     pub fn try_lock(&self) -> TryLockResult<MutexGuard<'_, T>> {
-        if self.locked.get() {
+        if self.raw.locked.get() {
             return Err(TryLockError::WouldBlock);
         }
-        self.locked.set(true);
+        self.raw.locked.set(true);
         Ok(self.guard()?)
     }
 
@@ -220,7 +253,7 @@ impl<T: ?Sized> Mutex<T> {
     /// });
     /// ```
     pub fn is_poisoned(&self) -> bool {
-        self.poisoned.get()
+        self.raw.poisoned.get()
     }
 
     /// Marks the mutex as no longer poisoned, once the value is known to be consistent again.
@@ -246,7 +279,7 @@ impl<T: ?Sized> Mutex<T> {
     /// });
     /// ```
     pub fn clear_poison(&self) {
-        self.poisoned.set(false);
+        self.raw.poisoned.set(false);
     }
 
     /// The value, through a mutable borrow of the mutex (which proves nobody holds it).
@@ -264,7 +297,7 @@ impl<T: ?Sized> Mutex<T> {
     /// });
     /// ```
     pub fn get_mut(&mut self) -> LockResult<&mut T> {
-        let poisoned = self.poisoned.get();
+        let poisoned = self.raw.poisoned.get();
         let value = self.data.get_mut();
         if poisoned {
             Err(PoisonError::new(value))
@@ -279,19 +312,16 @@ impl<T: ?Sized> Mutex<T> {
             mutex: self,
             panicking: std::thread::panicking(),
         };
-        if self.poisoned.get() {
+        if self.raw.poisoned.get() {
             Err(PoisonError::new(guard))
         } else {
             Ok(guard)
         }
     }
 
-    /// Releases the lock: to the first waiter if there is one (the mutex stays locked, now on
-    /// its behalf), otherwise for anyone.
+    /// Releases the lock (see [`RawMutex::unlock`]).
     fn unlock(&self) {
-        if self.waiters.grant_front().is_none() {
-            self.locked.set(false);
-        }
+        self.raw.unlock();
     }
 }
 
@@ -315,7 +345,7 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for Mutex<T> {
             Err(TryLockError::Poisoned(poisoned)) => d.field("data", &&*poisoned.into_inner()),
             Err(TryLockError::WouldBlock) => d.field("data", &format_args!("<locked>")),
         };
-        d.field("poisoned", &self.poisoned.get());
+        d.field("poisoned", &self.raw.poisoned.get());
         d.finish_non_exhaustive()
     }
 }
@@ -346,6 +376,81 @@ pub struct MutexGuard<'a, T: ?Sized + 'a> {
 }
 
 impl<'a, T: ?Sized> MutexGuard<'a, T> {
+    /// Makes a guard of a part of the locked value (a field, an element, an enum's variant),
+    /// which keeps the mutex locked until it is dropped, as parking_lot's `MutexGuard::map`
+    /// and std's (nightly, `mapped_lock_guards`). An associated function, so that it does not
+    /// hide a `map` method of the value.
+    ///
+    /// # Panics
+    /// If `f` panics: the original guard is then dropped, which unlocks the mutex and poisons
+    /// it, as std's does.
+    ///
+    /// ```
+    /// use greenweave::sync::{MappedMutexGuard, Mutex, MutexGuard};
+    ///
+    /// greenweave::run(|| {
+    ///     let pair = Mutex::new((1, String::from("one")));
+    ///     let mut name: MappedMutexGuard<'_, String> =
+    ///         MutexGuard::map(pair.lock().unwrap(), |(_, name)| name);
+    ///     name.push_str(" and only");
+    ///     drop(name);
+    ///     assert_eq!(pair.lock().unwrap().1, "one and only");
+    /// });
+    /// ```
+    pub fn map<U, F>(orig: Self, f: F) -> MappedMutexGuard<'a, U>
+    where
+        F: FnOnce(&mut T) -> &mut U,
+        U: ?Sized,
+    {
+        // SAFETY: the guard holds the lock, so this is the only reference to the value (see
+        // `deref_mut`); the closure's signature ties what it returns to the borrow it is given,
+        // and the guard is consumed, so the mapped guard's pointer is the only way left to the
+        // value until the lock is released. If `f` panics, `orig` is dropped: unlocked.
+        let data = NonNull::from(f(unsafe { &mut *orig.mutex.data.get() }));
+        let orig = ManuallyDrop::new(orig);
+        MappedMutexGuard::new(&orig.mutex.raw, data, orig.panicking)
+    }
+
+    /// [`map`](MutexGuard::map) for a part that may not be there: `f` returns `None` and the
+    /// original guard comes back as `Err`, still holding the lock. parking_lot's
+    /// `MutexGuard::try_map` (std's nightly names it `filter_map`).
+    ///
+    /// # Errors
+    /// The original guard, when `f` returns `None`.
+    ///
+    /// # Panics
+    /// If `f` panics: the original guard is then dropped, which unlocks the mutex and poisons
+    /// it.
+    ///
+    /// ```
+    /// use greenweave::sync::{Mutex, MutexGuard};
+    ///
+    /// greenweave::run(|| {
+    ///     let slots = Mutex::new(vec![1, 2]);
+    ///     let guard = MutexGuard::try_map(slots.lock().unwrap(), |v| v.get_mut(5))
+    ///         .expect_err("there is no slot 5");
+    ///     let mut second = MutexGuard::try_map(guard, |v| v.get_mut(1)).unwrap();
+    ///     *second = 20;
+    ///     drop(second);
+    ///     assert_eq!(*slots.lock().unwrap(), [1, 20]);
+    /// });
+    /// ```
+    pub fn try_map<U, F>(orig: Self, f: F) -> Result<MappedMutexGuard<'a, U>, Self>
+    where
+        F: FnOnce(&mut T) -> Option<&mut U>,
+        U: ?Sized,
+    {
+        // SAFETY: as in `map`.
+        match f(unsafe { &mut *orig.mutex.data.get() }) {
+            Some(data) => {
+                let data = NonNull::from(data);
+                let orig = ManuallyDrop::new(orig);
+                Ok(MappedMutexGuard::new(&orig.mutex.raw, data, orig.panicking))
+            }
+            None => Err(orig),
+        }
+    }
+
     /// Releases the lock without poisoning it, for [`Condvar`](super::Condvar) to wait, and
     /// returns the mutex to lock again.
     pub(crate) fn unlock_for_wait(guard: MutexGuard<'a, T>) -> &'a Mutex<T> {
@@ -376,10 +481,7 @@ impl<T: ?Sized> DerefMut for MutexGuard<'_, T> {
 
 impl<T: ?Sized> Drop for MutexGuard<'_, T> {
     fn drop(&mut self) {
-        if !self.panicking && std::thread::panicking() {
-            self.mutex.poisoned.set(true);
-        }
-        self.mutex.unlock();
+        self.mutex.raw.release(self.panicking);
     }
 }
 
@@ -390,6 +492,132 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for MutexGuard<'_, T> {
 }
 
 impl<T: ?Sized + fmt::Display> fmt::Display for MutexGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&**self, f)
+    }
+}
+
+/// A guard of a part of a [`Mutex`]'s value, made by [`MutexGuard::map`] or
+/// [`MutexGuard::try_map`] (parking_lot's names; std's nightly `mapped_lock_guards` has the same
+/// type): gives access to that part only, and unlocks the mutex when dropped, poisoning it if
+/// dropped while its green thread unwinds, as a [`MutexGuard`] does.
+///
+/// Invariant in `T`, as std's is, and, like [`MutexGuard`], neither `Send` nor `Sync`.
+///
+/// ```compile_fail
+/// fn assert_send<T: Send>(_: T) {}
+/// greenweave::run(|| {
+///     let mutex = greenweave::sync::Mutex::new((1, 2));
+///     let guard = greenweave::sync::MutexGuard::map(mutex.lock().unwrap(), |pair| &mut pair.0);
+///     assert_send(guard);
+/// });
+/// ```
+#[must_use = "if unused the Mutex will immediately unlock"]
+pub struct MappedMutexGuard<'a, T: ?Sized + 'a> {
+    raw: &'a RawMutex,
+    /// The part of the value, valid while the lock is held, which is for `'a` at most.
+    data: NonNull<T>,
+    /// As [`MutexGuard`]'s: whether the thread was already unwinding when it took the lock.
+    panicking: bool,
+    /// The guard stands for a `&'a mut T` (invariance, as std's).
+    _variance: PhantomData<&'a mut T>,
+}
+
+impl<'a, T: ?Sized> MappedMutexGuard<'a, T> {
+    fn new(raw: &'a RawMutex, data: NonNull<T>, panicking: bool) -> MappedMutexGuard<'a, T> {
+        MappedMutexGuard {
+            raw,
+            data,
+            panicking,
+            _variance: PhantomData,
+        }
+    }
+
+    /// Maps again, to a part of this part, as [`MutexGuard::map`].
+    ///
+    /// # Panics
+    /// If `f` panics: the guard is then dropped, which unlocks the mutex and poisons it.
+    ///
+    /// ```
+    /// use greenweave::sync::{MappedMutexGuard, Mutex, MutexGuard};
+    ///
+    /// greenweave::run(|| {
+    ///     let nested = Mutex::new(((0, 1), 2));
+    ///     let inner = MutexGuard::map(nested.lock().unwrap(), |n| &mut n.0);
+    ///     let mut one = MappedMutexGuard::map(inner, |pair| &mut pair.1);
+    ///     *one += 10;
+    ///     drop(one);
+    ///     assert_eq!(*nested.lock().unwrap(), ((0, 11), 2));
+    /// });
+    /// ```
+    pub fn map<U, F>(mut orig: Self, f: F) -> MappedMutexGuard<'a, U>
+    where
+        F: FnOnce(&mut T) -> &mut U,
+        U: ?Sized,
+    {
+        // SAFETY: the guard holds the lock and is the only way to its part of the value (see
+        // `MutexGuard::map`), and it is consumed here; if `f` panics, `orig` is dropped.
+        let data = NonNull::from(f(unsafe { orig.data.as_mut() }));
+        let orig = ManuallyDrop::new(orig);
+        MappedMutexGuard::new(orig.raw, data, orig.panicking)
+    }
+
+    /// [`map`](MappedMutexGuard::map) for a part that may not be there, as
+    /// [`MutexGuard::try_map`].
+    ///
+    /// # Errors
+    /// The original guard, when `f` returns `None`.
+    ///
+    /// # Panics
+    /// If `f` panics: the guard is then dropped, which unlocks the mutex and poisons it.
+    pub fn try_map<U, F>(mut orig: Self, f: F) -> Result<MappedMutexGuard<'a, U>, Self>
+    where
+        F: FnOnce(&mut T) -> Option<&mut U>,
+        U: ?Sized,
+    {
+        // SAFETY: as in `map`.
+        match f(unsafe { orig.data.as_mut() }) {
+            Some(data) => {
+                let data = NonNull::from(data);
+                let orig = ManuallyDrop::new(orig);
+                Ok(MappedMutexGuard::new(orig.raw, data, orig.panicking))
+            }
+            None => Err(orig),
+        }
+    }
+}
+
+impl<T: ?Sized> Deref for MappedMutexGuard<'_, T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        // SAFETY: the guard holds the lock, so no other guard reaches the value, and it came
+        // from a `&mut` to a part of the value (see `MutexGuard::map`); all green threads run on
+        // this one OS thread.
+        unsafe { self.data.as_ref() }
+    }
+}
+
+impl<T: ?Sized> DerefMut for MappedMutexGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`; `&mut self` makes this the only borrow through the guard.
+        unsafe { self.data.as_mut() }
+    }
+}
+
+impl<T: ?Sized> Drop for MappedMutexGuard<'_, T> {
+    fn drop(&mut self) {
+        self.raw.release(self.panicking);
+    }
+}
+
+impl<T: ?Sized + fmt::Debug> fmt::Debug for MappedMutexGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl<T: ?Sized + fmt::Display> fmt::Display for MappedMutexGuard<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&**self, f)
     }

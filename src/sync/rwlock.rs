@@ -1,12 +1,15 @@
 //! A green reader-writer lock with std's `RwLock` API, fair between readers and writers.
 //!
-//! Owns: the lock state (how many readers, whether a writer, poisoned or not), the protected
-//! value and the FIFO queue of waiting readers and writers. Releasing hands the lock straight
-//! to the waiters at the front: one writer, or every reader up to the next waiting writer.
+//! Owns: the lock state (how many readers, whether a writer, poisoned or not: `RawRwLock`,
+//! apart from the value so that the mapped guards of a part of it can release it), the
+//! protected value and the FIFO queue of waiting readers and writers. Releasing hands the lock
+//! straight to the waiters at the front: one writer, or every reader up to the next waiting
+//! writer; so does a writer's downgrade to a read lock, in the same step.
 
 use std::cell::{Cell, UnsafeCell};
 use std::fmt;
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::ops::{Deref, DerefMut};
 use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::ptr::NonNull;
@@ -62,11 +65,18 @@ enum Access {
 /// });
 /// ```
 pub struct RwLock<T: ?Sized> {
+    raw: RawRwLock,
+    data: UnsafeCell<T>,
+}
+
+/// The lock itself, apart from the value: what a guard needs to unlock and poison, in a type
+/// that does not depend on `T`, so that the mapped guards of a part of the value can unlock
+/// it too.
+struct RawRwLock {
     readers: Cell<usize>,
     writer: Cell<bool>,
     poisoned: Cell<bool>,
     waiters: GrantQueue<Access>,
-    data: UnsafeCell<T>,
 }
 
 // As std's: a panic while the write lock is held poisons it, and a read lock cannot leave the
@@ -87,10 +97,12 @@ impl<T> RwLock<T> {
     /// ```
     pub const fn new(value: T) -> RwLock<T> {
         RwLock {
-            readers: Cell::new(0),
-            writer: Cell::new(false),
-            poisoned: Cell::new(false),
-            waiters: GrantQueue::new(),
+            raw: RawRwLock {
+                readers: Cell::new(0),
+                writer: Cell::new(false),
+                poisoned: Cell::new(false),
+                waiters: GrantQueue::new(),
+            },
             data: UnsafeCell::new(value),
         }
     }
@@ -110,7 +122,7 @@ impl<T> RwLock<T> {
     /// });
     /// ```
     pub fn into_inner(self) -> LockResult<T> {
-        let poisoned = self.poisoned.get();
+        let poisoned = self.raw.poisoned.get();
         let value = self.data.into_inner();
         if poisoned {
             Err(PoisonError::new(value))
@@ -148,20 +160,21 @@ impl<T: ?Sized> RwLock<T> {
 
     /// `read` without spending the budget (`try_read` never yields).
     fn take_read(&self) -> LockResult<RwLockReadGuard<'_, T>> {
-        if !self.writer.get() && self.waiters.is_empty() {
-            self.readers.set(self.readers.get() + 1);
+        if !self.raw.writer.get() && self.raw.waiters.is_empty() {
+            self.raw.readers.set(self.raw.readers.get() + 1);
         } else {
-            self.waiters
+            self.raw
+                .waiters
                 .wait("RwLock::read", Access::Read, None, |granted| {
                     if granted {
-                        self.read_unlock();
+                        self.raw.read_unlock();
                     } else {
-                        self.dispatch();
+                        self.raw.dispatch();
                     }
                 });
         }
         let guard = RwLockReadGuard::new(self);
-        if self.poisoned.get() {
+        if self.raw.poisoned.get() {
             Err(PoisonError::new(guard))
         } else {
             Ok(guard)
@@ -195,15 +208,16 @@ impl<T: ?Sized> RwLock<T> {
 
     /// `write` without spending the budget (`try_write` never yields).
     fn take_write(&self) -> LockResult<RwLockWriteGuard<'_, T>> {
-        if !self.writer.get() && self.readers.get() == 0 && self.waiters.is_empty() {
-            self.writer.set(true);
+        if !self.raw.writer.get() && self.raw.readers.get() == 0 && self.raw.waiters.is_empty() {
+            self.raw.writer.set(true);
         } else {
-            self.waiters
+            self.raw
+                .waiters
                 .wait("RwLock::write", Access::Write, None, |granted| {
                     if granted {
-                        self.write_unlock();
+                        self.raw.write_unlock();
                     } else {
-                        self.dispatch();
+                        self.raw.dispatch();
                     }
                 });
         }
@@ -228,7 +242,7 @@ impl<T: ?Sized> RwLock<T> {
     /// });
     /// ```
     pub fn try_read(&self) -> TryLockResult<RwLockReadGuard<'_, T>> {
-        if self.writer.get() || !self.waiters.is_empty() {
+        if self.raw.writer.get() || !self.raw.waiters.is_empty() {
             return Err(TryLockError::WouldBlock);
         }
         Ok(self.take_read()?)
@@ -252,7 +266,7 @@ impl<T: ?Sized> RwLock<T> {
     /// });
     /// ```
     pub fn try_write(&self) -> TryLockResult<RwLockWriteGuard<'_, T>> {
-        if self.writer.get() || self.readers.get() > 0 || !self.waiters.is_empty() {
+        if self.raw.writer.get() || self.raw.readers.get() > 0 || !self.raw.waiters.is_empty() {
             return Err(TryLockError::WouldBlock);
         }
         Ok(self.take_write()?)
@@ -277,7 +291,7 @@ impl<T: ?Sized> RwLock<T> {
     /// });
     /// ```
     pub fn is_poisoned(&self) -> bool {
-        self.poisoned.get()
+        self.raw.poisoned.get()
     }
 
     /// Marks the lock as no longer poisoned.
@@ -299,7 +313,7 @@ impl<T: ?Sized> RwLock<T> {
     /// });
     /// ```
     pub fn clear_poison(&self) {
-        self.poisoned.set(false);
+        self.raw.poisoned.set(false);
     }
 
     /// The value, through a mutable borrow of the lock (which proves nobody holds it).
@@ -317,7 +331,7 @@ impl<T: ?Sized> RwLock<T> {
     /// });
     /// ```
     pub fn get_mut(&mut self) -> LockResult<&mut T> {
-        let poisoned = self.poisoned.get();
+        let poisoned = self.raw.poisoned.get();
         let value = self.data.get_mut();
         if poisoned {
             Err(PoisonError::new(value))
@@ -331,13 +345,15 @@ impl<T: ?Sized> RwLock<T> {
             lock: self,
             panicking: std::thread::panicking(),
         };
-        if self.poisoned.get() {
+        if self.raw.poisoned.get() {
             Err(PoisonError::new(guard))
         } else {
             Ok(guard)
         }
     }
+}
 
+impl RawRwLock {
     fn read_unlock(&self) {
         self.readers.set(self.readers.get() - 1);
         self.dispatch();
@@ -373,6 +389,25 @@ impl<T: ?Sized> RwLock<T> {
             }
         }
     }
+
+    /// What a write guard does when it goes: poisons the lock if its green thread began
+    /// unwinding while holding it (`panicking`: whether it already was when it took the lock),
+    /// then unlocks.
+    fn release_write(&self, panicking: bool) {
+        if !panicking && std::thread::panicking() {
+            self.poisoned.set(true);
+        }
+        self.write_unlock();
+    }
+
+    /// Turns the write lock into a read lock held by the same green thread, and lets in the
+    /// readers queued at the front (up to the first waiting writer), all in one step: no
+    /// writer can take the lock in between.
+    fn downgrade(&self) {
+        self.writer.set(false);
+        self.readers.set(1);
+        self.dispatch();
+    }
 }
 
 impl<T: Default> Default for RwLock<T> {
@@ -399,7 +434,7 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for RwLock<T> {
             Err(TryLockError::Poisoned(poisoned)) => d.field("data", &&*poisoned.into_inner()),
             Err(TryLockError::WouldBlock) => d.field("data", &format_args!("<locked>")),
         };
-        d.field("poisoned", &self.poisoned.get());
+        d.field("poisoned", &self.raw.poisoned.get());
         d.finish_non_exhaustive()
     }
 }
@@ -439,6 +474,85 @@ impl<'a, T: ?Sized> RwLockReadGuard<'a, T> {
         // changes neither its layout nor what the guard does with it (read the value, unlock).
         unsafe { self.lock.as_ref() }
     }
+
+    /// The lock's state, for as long as the guard's borrow of the lock (`'a`), to hand to a
+    /// mapped guard.
+    fn raw(&self) -> &'a RawRwLock {
+        // SAFETY: as in `lock`: the pointer came from a `&'a RwLock<T>`; the part borrowed here
+        // does not depend on `T`.
+        unsafe { &(*self.lock.as_ptr()).raw }
+    }
+
+    /// Makes a guard of a part of the value (a field, an element, an enum's variant), which
+    /// keeps the read lock until it is dropped, as parking_lot's `RwLockReadGuard::map` and
+    /// std's (nightly, `mapped_lock_guards`). An associated function, so that it does not hide
+    /// a `map` method of the value.
+    ///
+    /// # Panics
+    /// If `f` panics: the original guard is then dropped, which releases the read lock (a read
+    /// guard does not poison).
+    ///
+    /// ```
+    /// use greenweave::sync::{RwLock, RwLockReadGuard};
+    ///
+    /// greenweave::run(|| {
+    ///     let config = RwLock::new((String::from("name"), 8080));
+    ///     let port = RwLockReadGuard::map(config.read().unwrap(), |(_, port)| port);
+    ///     assert_eq!(*port, 8080);
+    ///     assert!(config.try_write().is_err(), "still read-locked");
+    /// });
+    /// ```
+    pub fn map<U, F>(orig: Self, f: F) -> MappedRwLockReadGuard<'a, U>
+    where
+        F: FnOnce(&T) -> &U,
+        U: ?Sized,
+    {
+        let data = NonNull::from(f(&*orig));
+        let orig = ManuallyDrop::new(orig);
+        MappedRwLockReadGuard {
+            raw: orig.raw(),
+            data,
+        }
+    }
+
+    /// [`map`](RwLockReadGuard::map) for a part that may not be there: `f` returns `None` and
+    /// the original guard comes back as `Err`, still holding the read lock. parking_lot's
+    /// `RwLockReadGuard::try_map` (std's nightly names it `filter_map`).
+    ///
+    /// # Errors
+    /// The original guard, when `f` returns `None`.
+    ///
+    /// # Panics
+    /// If `f` panics: the original guard is then dropped, which releases the read lock.
+    ///
+    /// ```
+    /// use greenweave::sync::{RwLock, RwLockReadGuard};
+    ///
+    /// greenweave::run(|| {
+    ///     let names = RwLock::new(vec!["a", "b"]);
+    ///     let guard = RwLockReadGuard::try_map(names.read().unwrap(), |v| v.get(2))
+    ///         .expect_err("there is no third name");
+    ///     let second = RwLockReadGuard::try_map(guard, |v| v.get(1)).unwrap();
+    ///     assert_eq!(*second, "b");
+    /// });
+    /// ```
+    pub fn try_map<U, F>(orig: Self, f: F) -> Result<MappedRwLockReadGuard<'a, U>, Self>
+    where
+        F: FnOnce(&T) -> Option<&U>,
+        U: ?Sized,
+    {
+        match f(&*orig) {
+            Some(data) => {
+                let data = NonNull::from(data);
+                let orig = ManuallyDrop::new(orig);
+                Ok(MappedRwLockReadGuard {
+                    raw: orig.raw(),
+                    data,
+                })
+            }
+            None => Err(orig),
+        }
+    }
 }
 
 impl<T: ?Sized> Deref for RwLockReadGuard<'_, T> {
@@ -453,7 +567,7 @@ impl<T: ?Sized> Deref for RwLockReadGuard<'_, T> {
 
 impl<T: ?Sized> Drop for RwLockReadGuard<'_, T> {
     fn drop(&mut self) {
-        self.lock().read_unlock();
+        self.lock().raw.read_unlock();
     }
 }
 
@@ -488,6 +602,105 @@ pub struct RwLockWriteGuard<'a, T: ?Sized + 'a> {
     panicking: bool,
 }
 
+impl<'a, T: ?Sized> RwLockWriteGuard<'a, T> {
+    /// Turns the write lock into a read lock, atomically, as std's
+    /// `RwLockWriteGuard::downgrade`: the readers queued at the front of the line (up to the
+    /// first waiting writer) get in with it, and no writer can take the lock in between, so
+    /// the value read through the returned guard is the value this writer left. Does not
+    /// poison the lock.
+    ///
+    /// ```
+    /// use std::rc::Rc;
+    /// use greenweave::sync::{RwLock, RwLockWriteGuard};
+    ///
+    /// greenweave::run(|| {
+    ///     let lock = Rc::new(RwLock::new(1));
+    ///     let mut guard = lock.write().unwrap();
+    ///     let writer = {
+    ///         let lock = lock.clone();
+    ///         greenweave::spawn(move || *lock.write().unwrap() += 1)
+    ///     };
+    ///     greenweave::thread::yield_now(); // the other writer queues
+    ///     *guard = 10;
+    ///     let read = RwLockWriteGuard::downgrade(guard);
+    ///     greenweave::thread::yield_now(); // it cannot get in while the read lock is held
+    ///     assert_eq!(*read, 10);
+    ///     drop(read);
+    ///     writer.join().unwrap();
+    ///     assert_eq!(*lock.read().unwrap(), 11);
+    /// });
+    /// ```
+    pub fn downgrade(s: Self) -> RwLockReadGuard<'a, T> {
+        let lock = s.lock;
+        // Not dropped: that would release the write lock (and might poison it).
+        std::mem::forget(s);
+        lock.raw.downgrade();
+        RwLockReadGuard::new(lock)
+    }
+
+    /// Makes a guard of a part of the value, which keeps the write lock until it is dropped,
+    /// as parking_lot's `RwLockWriteGuard::map` and std's (nightly, `mapped_lock_guards`).
+    ///
+    /// # Panics
+    /// If `f` panics: the original guard is then dropped, which releases the write lock and
+    /// poisons it, as std's does.
+    ///
+    /// ```
+    /// use greenweave::sync::{RwLock, RwLockWriteGuard};
+    ///
+    /// greenweave::run(|| {
+    ///     let config = RwLock::new((String::from("name"), 8080));
+    ///     let mut port = RwLockWriteGuard::map(config.write().unwrap(), |(_, port)| port);
+    ///     *port = 9090;
+    ///     drop(port);
+    ///     assert_eq!(config.read().unwrap().1, 9090);
+    /// });
+    /// ```
+    pub fn map<U, F>(orig: Self, f: F) -> MappedRwLockWriteGuard<'a, U>
+    where
+        F: FnOnce(&mut T) -> &mut U,
+        U: ?Sized,
+    {
+        // SAFETY: the write guard is the only guard while it exists (see `deref_mut`); the
+        // closure's signature ties what it returns to the borrow it is given, and the guard is
+        // consumed, so the mapped guard's pointer is the only way left to the value until the
+        // lock is released. If `f` panics, `orig` is dropped: unlocked and poisoned.
+        let data = NonNull::from(f(unsafe { &mut *orig.lock.data.get() }));
+        let orig = ManuallyDrop::new(orig);
+        MappedRwLockWriteGuard::new(&orig.lock.raw, data, orig.panicking)
+    }
+
+    /// [`map`](RwLockWriteGuard::map) for a part that may not be there: `f` returns `None` and
+    /// the original guard comes back as `Err`, still holding the write lock. parking_lot's
+    /// `RwLockWriteGuard::try_map` (std's nightly names it `filter_map`).
+    ///
+    /// # Errors
+    /// The original guard, when `f` returns `None`.
+    ///
+    /// # Panics
+    /// If `f` panics: the original guard is then dropped, which releases the write lock and
+    /// poisons it.
+    pub fn try_map<U, F>(orig: Self, f: F) -> Result<MappedRwLockWriteGuard<'a, U>, Self>
+    where
+        F: FnOnce(&mut T) -> Option<&mut U>,
+        U: ?Sized,
+    {
+        // SAFETY: as in `map`.
+        match f(unsafe { &mut *orig.lock.data.get() }) {
+            Some(data) => {
+                let data = NonNull::from(data);
+                let orig = ManuallyDrop::new(orig);
+                Ok(MappedRwLockWriteGuard::new(
+                    &orig.lock.raw,
+                    data,
+                    orig.panicking,
+                ))
+            }
+            None => Err(orig),
+        }
+    }
+}
+
 impl<T: ?Sized> Deref for RwLockWriteGuard<'_, T> {
     type Target = T;
 
@@ -507,10 +720,7 @@ impl<T: ?Sized> DerefMut for RwLockWriteGuard<'_, T> {
 
 impl<T: ?Sized> Drop for RwLockWriteGuard<'_, T> {
     fn drop(&mut self) {
-        if !self.panicking && std::thread::panicking() {
-            self.lock.poisoned.set(true);
-        }
-        self.lock.write_unlock();
+        self.lock.raw.release_write(self.panicking);
     }
 }
 
@@ -521,6 +731,219 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for RwLockWriteGuard<'_, T> {
 }
 
 impl<T: ?Sized + fmt::Display> fmt::Display for RwLockWriteGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&**self, f)
+    }
+}
+
+/// Shared access to a part of an [`RwLock`]'s value, made by [`RwLockReadGuard::map`] or
+/// [`RwLockReadGuard::try_map`] (parking_lot's names; std's nightly `mapped_lock_guards` has
+/// the same type); releases the read lock when dropped.
+///
+/// Covariant in `T`, as std's is, and, like [`RwLockReadGuard`], neither `Send` nor `Sync`.
+#[must_use = "if unused the RwLock will immediately unlock"]
+pub struct MappedRwLockReadGuard<'a, T: ?Sized + 'a> {
+    raw: &'a RawRwLock,
+    /// The part of the value, valid while the read lock is held, which is for `'a` at most.
+    data: NonNull<T>,
+}
+
+impl<'a, T: ?Sized> MappedRwLockReadGuard<'a, T> {
+    /// Maps again, to a part of this part, as [`RwLockReadGuard::map`].
+    ///
+    /// # Panics
+    /// If `f` panics: the guard is then dropped, which releases the read lock.
+    ///
+    /// ```
+    /// use greenweave::sync::{MappedRwLockReadGuard, RwLock, RwLockReadGuard};
+    ///
+    /// greenweave::run(|| {
+    ///     let nested = RwLock::new(((0, 1), 2));
+    ///     let inner = RwLockReadGuard::map(nested.read().unwrap(), |n| &n.0);
+    ///     let one = MappedRwLockReadGuard::map(inner, |pair| &pair.1);
+    ///     assert_eq!(*one, 1);
+    /// });
+    /// ```
+    pub fn map<U, F>(orig: Self, f: F) -> MappedRwLockReadGuard<'a, U>
+    where
+        F: FnOnce(&T) -> &U,
+        U: ?Sized,
+    {
+        let data = NonNull::from(f(&*orig));
+        let orig = ManuallyDrop::new(orig);
+        MappedRwLockReadGuard {
+            raw: orig.raw,
+            data,
+        }
+    }
+
+    /// [`map`](MappedRwLockReadGuard::map) for a part that may not be there, as
+    /// [`RwLockReadGuard::try_map`].
+    ///
+    /// # Errors
+    /// The original guard, when `f` returns `None`.
+    ///
+    /// # Panics
+    /// If `f` panics: the guard is then dropped, which releases the read lock.
+    pub fn try_map<U, F>(orig: Self, f: F) -> Result<MappedRwLockReadGuard<'a, U>, Self>
+    where
+        F: FnOnce(&T) -> Option<&U>,
+        U: ?Sized,
+    {
+        match f(&*orig) {
+            Some(data) => {
+                let data = NonNull::from(data);
+                let orig = ManuallyDrop::new(orig);
+                Ok(MappedRwLockReadGuard {
+                    raw: orig.raw,
+                    data,
+                })
+            }
+            None => Err(orig),
+        }
+    }
+}
+
+impl<T: ?Sized> Deref for MappedRwLockReadGuard<'_, T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        // SAFETY: while the guard exists no writer holds the lock (the lock counts this
+        // reader), and the pointer came from a `&` to a part of the value.
+        unsafe { self.data.as_ref() }
+    }
+}
+
+impl<T: ?Sized> Drop for MappedRwLockReadGuard<'_, T> {
+    fn drop(&mut self) {
+        self.raw.read_unlock();
+    }
+}
+
+impl<T: ?Sized + fmt::Debug> fmt::Debug for MappedRwLockReadGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl<T: ?Sized + fmt::Display> fmt::Display for MappedRwLockReadGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&**self, f)
+    }
+}
+
+/// Exclusive access to a part of an [`RwLock`]'s value, made by [`RwLockWriteGuard::map`] or
+/// [`RwLockWriteGuard::try_map`]; releases the write lock when dropped, and poisons it if
+/// dropped while its green thread unwinds, as a [`RwLockWriteGuard`] does.
+///
+/// Invariant in `T`, as std's is, and neither `Send` nor `Sync`.
+#[must_use = "if unused the RwLock will immediately unlock"]
+pub struct MappedRwLockWriteGuard<'a, T: ?Sized + 'a> {
+    raw: &'a RawRwLock,
+    /// The part of the value, valid while the write lock is held, which is for `'a` at most.
+    data: NonNull<T>,
+    /// As [`RwLockWriteGuard`]'s: whether the thread was already unwinding when it took the
+    /// lock.
+    panicking: bool,
+    /// The guard stands for a `&'a mut T` (invariance, as std's).
+    _variance: PhantomData<&'a mut T>,
+}
+
+impl<'a, T: ?Sized> MappedRwLockWriteGuard<'a, T> {
+    fn new(raw: &'a RawRwLock, data: NonNull<T>, panicking: bool) -> MappedRwLockWriteGuard<'a, T> {
+        MappedRwLockWriteGuard {
+            raw,
+            data,
+            panicking,
+            _variance: PhantomData,
+        }
+    }
+
+    /// Maps again, to a part of this part, as [`RwLockWriteGuard::map`].
+    ///
+    /// # Panics
+    /// If `f` panics: the guard is then dropped, which releases the write lock and poisons it.
+    ///
+    /// ```
+    /// use greenweave::sync::{MappedRwLockWriteGuard, RwLock, RwLockWriteGuard};
+    ///
+    /// greenweave::run(|| {
+    ///     let nested = RwLock::new(((0, 1), 2));
+    ///     let inner = RwLockWriteGuard::map(nested.write().unwrap(), |n| &mut n.0);
+    ///     let mut one = MappedRwLockWriteGuard::map(inner, |pair| &mut pair.1);
+    ///     *one = 10;
+    ///     drop(one);
+    ///     assert_eq!(*nested.read().unwrap(), ((0, 10), 2));
+    /// });
+    /// ```
+    pub fn map<U, F>(mut orig: Self, f: F) -> MappedRwLockWriteGuard<'a, U>
+    where
+        F: FnOnce(&mut T) -> &mut U,
+        U: ?Sized,
+    {
+        // SAFETY: the guard holds the write lock and is the only way to its part of the value
+        // (see `RwLockWriteGuard::map`), and it is consumed here; if `f` panics, `orig` is
+        // dropped.
+        let data = NonNull::from(f(unsafe { orig.data.as_mut() }));
+        let orig = ManuallyDrop::new(orig);
+        MappedRwLockWriteGuard::new(orig.raw, data, orig.panicking)
+    }
+
+    /// [`map`](MappedRwLockWriteGuard::map) for a part that may not be there, as
+    /// [`RwLockWriteGuard::try_map`].
+    ///
+    /// # Errors
+    /// The original guard, when `f` returns `None`.
+    ///
+    /// # Panics
+    /// If `f` panics: the guard is then dropped, which releases the write lock and poisons it.
+    pub fn try_map<U, F>(mut orig: Self, f: F) -> Result<MappedRwLockWriteGuard<'a, U>, Self>
+    where
+        F: FnOnce(&mut T) -> Option<&mut U>,
+        U: ?Sized,
+    {
+        // SAFETY: as in `map`.
+        match f(unsafe { orig.data.as_mut() }) {
+            Some(data) => {
+                let data = NonNull::from(data);
+                let orig = ManuallyDrop::new(orig);
+                Ok(MappedRwLockWriteGuard::new(orig.raw, data, orig.panicking))
+            }
+            None => Err(orig),
+        }
+    }
+}
+
+impl<T: ?Sized> Deref for MappedRwLockWriteGuard<'_, T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        // SAFETY: the guard holds the write lock, so no other guard reaches the value, and the
+        // pointer came from a `&mut` to a part of it; all green threads run on this OS thread.
+        unsafe { self.data.as_ref() }
+    }
+}
+
+impl<T: ?Sized> DerefMut for MappedRwLockWriteGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`; `&mut self` makes this the only borrow through the guard.
+        unsafe { self.data.as_mut() }
+    }
+}
+
+impl<T: ?Sized> Drop for MappedRwLockWriteGuard<'_, T> {
+    fn drop(&mut self) {
+        self.raw.release_write(self.panicking);
+    }
+}
+
+impl<T: ?Sized + fmt::Debug> fmt::Debug for MappedRwLockWriteGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&**self, f)
+    }
+}
+
+impl<T: ?Sized + fmt::Display> fmt::Display for MappedRwLockWriteGuard<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(&**self, f)
     }

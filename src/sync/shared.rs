@@ -73,6 +73,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+pub use super::mpsc::SendTimeoutError;
 pub use std::sync::mpsc::{RecvError, RecvTimeoutError, SendError, TryRecvError, TrySendError};
 
 use crate::runtime::budget;
@@ -582,14 +583,89 @@ impl<T> SyncSender<T> {
         }
     }
 
+    /// [`send`](SyncSender::send), waiting at most `timeout` for room (on a rendezvous
+    /// channel, for the receiver to take the message), as std's nightly
+    /// `SyncSender::send_timeout`; in a green thread or outside a runtime, as `send`. A
+    /// message that could not be delivered in time comes back in
+    /// [`SendTimeoutError::Timeout`], one the receiver is gone for in
+    /// [`SendTimeoutError::Disconnected`]: nothing is lost. Room that appears before the
+    /// last look wins over the deadline. An unwind out of the wait (a cancellation, an expired
+    /// [`time::timeout`](crate::time::timeout)) does as `send`'s.
+    ///
+    /// # Errors
+    /// `Timeout` with the message once `timeout` has passed; `Disconnected` with the message if
+    /// the receiver is gone (before or during the wait).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use greenweave::sync::shared::{self, SendTimeoutError};
+    ///
+    /// let (tx, rx) = shared::sync_channel(0);
+    /// // Outside a runtime: blocks this OS thread, at most 1 ms; no receiver takes it.
+    /// assert_eq!(tx.send_timeout(1, Duration::from_millis(1)), Err(SendTimeoutError::Timeout(1)));
+    /// let receiver = std::thread::spawn(move || rx.recv());
+    /// greenweave::run(move || tx.send_timeout(2, Duration::from_secs(60)).unwrap());
+    /// assert_eq!(receiver.join().unwrap(), Ok(2));
+    /// ```
+    pub fn send_timeout(&self, message: T, timeout: Duration) -> Result<(), SendTimeoutError<T>> {
+        const WHAT: &str = "a full shared channel (send_timeout)";
+        spend("shared::SyncSender::send_timeout");
+        // A timeout too large to add to now waits as long as `send` does.
+        let deadline = Instant::now().checked_add(timeout);
+        let chan = &*self.chan;
+        let mut registration = Registration::new(chan, Side::Send);
+        let mut timed_out = false;
+        loop {
+            let mut state = chan.lock();
+            registration.leave(&mut state);
+            if !state.receiver_alive {
+                drop(state);
+                return Err(SendTimeoutError::Disconnected(message));
+            }
+            if chan.has_room(&state) {
+                let (seq, receiver) = state.push(message);
+                drop(state);
+                wake(receiver);
+                if chan.bound == Some(0) {
+                    return self.wait_taken_until(seq, deadline);
+                }
+                return Ok(());
+            }
+            drop(state);
+            if timed_out || deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                return Err(SendTimeoutError::Timeout(message));
+            }
+            timed_out = registration.wait(WHAT, 0, deadline, |state| {
+                !state.receiver_alive || chan.has_room(state)
+            });
+        }
+    }
+
     /// A rendezvous send's wait for its message (number `seq`) to be taken.
     fn wait_taken(&self, seq: u64) -> Result<(), SendError<T>> {
+        self.wait_taken_until(seq, None)
+            .map_err(|error| match error {
+                SendTimeoutError::Disconnected(message) => SendError(message),
+                SendTimeoutError::Timeout(_) => {
+                    unreachable!("a wait with no deadline never times out")
+                }
+            })
+    }
+
+    /// A rendezvous send's wait for its message (number `seq`) to be taken, until `deadline`:
+    /// past it, the message is taken back and handed back in `Timeout`.
+    fn wait_taken_until(
+        &self,
+        seq: u64,
+        deadline: Option<Instant>,
+    ) -> Result<(), SendTimeoutError<T>> {
         const WHAT: &str = "a shared rendezvous channel (send)";
         let chan = &*self.chan;
         // Declared before the registration, so dropped after it: an unwind takes the message
         // back once the entry is gone.
         let take_back = TakeBack { chan, seq };
         let mut registration = Registration::new(chan, Side::Send);
+        let mut timed_out = false;
         loop {
             let mut state = chan.lock();
             registration.leave(&mut state);
@@ -598,21 +674,30 @@ impl<T> SyncSender<T> {
                 std::mem::forget(take_back);
                 return Ok(());
             }
-            if !state.receiver_alive {
+            let failed = if !state.receiver_alive {
+                Some(SendTimeoutError::Disconnected as fn(T) -> SendTimeoutError<T>)
+            } else if timed_out || deadline.is_some_and(|deadline| Instant::now() >= deadline) {
+                Some(SendTimeoutError::Timeout as fn(T) -> SendTimeoutError<T>)
+            } else {
+                None
+            };
+            if let Some(error) = failed {
                 let message = state.take_back(seq);
                 drop(state);
                 std::mem::forget(take_back);
                 return match message {
-                    Some(message) => Err(SendError(message)),
+                    Some(message) => Err(error(message)),
                     None => Ok(()),
                 };
             }
             drop(state);
             let waited = panic::catch_unwind(AssertUnwindSafe(|| {
-                registration.wait(WHAT, seq, None, |state| {
+                registration.wait(WHAT, seq, deadline, |state| {
                     state.next_taken > seq || !state.receiver_alive
                 })
             }));
+            // `true`: the park's own deadline passed (one more look, then the send fails).
+            timed_out = matches!(waited, Ok(true));
             if let Err(payload) = waited {
                 // Unwound out of the park (a cancellation, a `time::timeout` ending): the
                 // receiver, on another OS thread, may have taken the message since the look

@@ -13,7 +13,7 @@
 //! refuses spawns); reach into the scheduler beyond spawning, parking, waking, and the two
 //! hooks of a runtime's end (`end_abandoned`, `count_waiting_for_others`).
 
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::fmt;
 use std::io;
 use std::marker::PhantomData;
@@ -299,13 +299,12 @@ impl Builder {
                 task.request_cancel();
             }
             data.children.borrow_mut().fill(slot, task.clone());
-            let thread = Thread::of(&task);
             Ok(ScopedJoinHandle {
                 handle: JoinHandle {
                     task,
                     marker: PhantomData,
                 },
-                thread,
+                thread: OnceCell::new(),
                 scope: data,
             })
         })
@@ -317,7 +316,9 @@ impl Builder {
 /// of the scope.
 pub struct ScopedJoinHandle<'scope, T> {
     handle: JoinHandle<T>,
-    thread: Thread,
+    /// Made on first use: a `Thread` shares an allocation with the green thread's other
+    /// handles, which a scoped spawn need not pay for unless asked.
+    thread: OnceCell<Thread>,
     scope: &'scope ScopeData,
 }
 
@@ -362,7 +363,7 @@ impl<'scope, T> ScopedJoinHandle<'scope, T> {
 
     /// The green thread's identity.
     pub fn thread(&self) -> &Thread {
-        &self.thread
+        self.thread.get_or_init(|| self.handle.thread())
     }
 
     /// Cancels the green thread, as [`JoinHandle::cancel`] does; its result becomes
