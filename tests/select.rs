@@ -901,3 +901,114 @@ mod hand_off {
     hand_off_tests!(mpsc);
     hand_off_tests!(shared);
 }
+
+/// Completing a selected receive takes the message the select found, whatever is left of the
+/// green thread's cooperative budget: a completion that spent the budget and yielded first
+/// let another receiver of the same channel take the message, and the select's receive then
+/// waited for one that never came (a deadlock here). Each round sends one message and
+/// selects it with a thief spinning on `try_recv`; the rounds spend the budget a few units at
+/// a time, so some round's completion falls on a spent budget.
+mod completion_ignores_the_budget {
+    use super::*;
+
+    fn rounds_with_a_thief<R: 'static>(
+        make: impl FnOnce() -> (Rc<dyn Fn(u32)>, Rc<R>),
+        try_take: impl Fn(&R) -> Option<bool> + 'static,
+        select_take: impl Fn(&R) -> Option<u32>,
+    ) {
+        greenweave::run(move || {
+            let (send, receiver) = make();
+            let stop = Rc::new(Cell::new(false));
+            let progress = Rc::new(Cell::new(0_u32));
+            let thief = {
+                let (receiver, stop, progress) = (receiver.clone(), stop.clone(), progress.clone());
+                let send = send.clone();
+                thread::spawn(move || {
+                    let mut stolen = 0;
+                    // Each yield lets the main green thread run (the ready queue is FIFO): a
+                    // round that does not move in a thousand of them is parked for good.
+                    let (mut seen, mut idle) = (progress.get(), 0);
+                    while !stop.get() {
+                        match try_take(&receiver) {
+                            Some(true) => stolen += 1,
+                            Some(false) => thread::yield_now(),
+                            None => break,
+                        }
+                        if progress.get() == seen {
+                            idle += 1;
+                            if idle == 1000 {
+                                // Unstick it with a message it cannot expect, so that the test
+                                // fails instead of hanging.
+                                send(u32::MAX);
+                                panic!("the select's receive waited for a message it selected");
+                            }
+                        } else {
+                            (seen, idle) = (progress.get(), 0);
+                        }
+                    }
+                    stolen
+                })
+            };
+            let mut selected = 0;
+            for round in 0..400 {
+                progress.set(round + 1);
+                send(round);
+                // The message is there now, unless the thief took it at a yield of `send`.
+                if let Some(message) = select_take(&receiver) {
+                    assert_eq!(message, round);
+                    selected += 1;
+                }
+            }
+            stop.set(true);
+            let stolen = thread::spawn(move || thief.join().unwrap()).join().unwrap();
+            assert_eq!(
+                selected + stolen,
+                400,
+                "every message is received exactly once"
+            );
+        });
+    }
+
+    #[test]
+    fn on_an_mpsc_channel() {
+        rounds_with_a_thief(
+            || {
+                let (sender, receiver) = mpsc::channel::<u32>();
+                (Rc::new(move |m| sender.send(m).unwrap()), Rc::new(receiver))
+            },
+            |receiver| match receiver.try_recv() {
+                Ok(_) => Some(true),
+                Err(mpsc::TryRecvError::Empty) => Some(false),
+                Err(mpsc::TryRecvError::Disconnected) => None,
+            },
+            |receiver| {
+                select! {
+                    recv(receiver) -> message => Some(message.unwrap()),
+                    default => None,
+                }
+            },
+        );
+    }
+
+    #[test]
+    fn on_a_shared_channel() {
+        use greenweave::sync::shared;
+        rounds_with_a_thief(
+            || {
+                let (sender, receiver) = shared::channel::<u32>();
+                (Rc::new(move |m| sender.send(m).unwrap()), Rc::new(receiver))
+            },
+            |receiver| match receiver.try_recv() {
+                Ok(_) => Some(true),
+                Err(shared::TryRecvError::Empty) => Some(false),
+                Err(shared::TryRecvError::Disconnected) => None,
+            },
+            |receiver| {
+                select! {
+                    recv(receiver) -> message => Some(message.unwrap()),
+                    default => None,
+                }
+            },
+        );
+    }
+}

@@ -223,7 +223,15 @@ impl<T> ReceiveEnd for Receiver<T> {
     type Message = T;
 
     fn recv_selected(&self) -> Result<T, RecvError> {
-        self.recv()
+        // The select found a message: take it without spending the cooperative budget, whose
+        // end would yield first and let another receiver of this channel take it (the select
+        // then waiting for one that may never come). Only what the select could not see ends
+        // up in `recv`: a rendezvous sender that has yet to hand its message over.
+        match self.try_recv() {
+            Ok(message) => Ok(message),
+            Err(super::TryRecvError::Disconnected) => Err(RecvError),
+            Err(super::TryRecvError::Empty) => self.recv(),
+        }
     }
 }
 
