@@ -367,8 +367,8 @@ pub(crate) fn current_task_ptr() -> *const Task {
 }
 
 /// Whether the running green thread has a cancellation requested (false outside one). For the
-/// hooks' futex waits, which park uninterruptibly and so raise a pending cancellation themselves.
-#[cfg_attr(not(feature = "hooks"), allow(dead_code))]
+/// hooks' futex waits, which park uninterruptibly and so raise a pending cancellation themselves,
+/// and for `thread::scope`'s uninterruptible wait.
 pub(crate) fn cancel_requested() -> bool {
     let task = current_task_ptr();
     // SAFETY: a non-null running task is kept alive by `run_task` while `current` points at it.
