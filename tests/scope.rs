@@ -873,3 +873,63 @@ fn dropping_a_generator_suspended_in_a_scope_from_another_green_thread_ends_its_
         ["child 0 ended", "child 1 ended", "generator's data dropped"]
     );
 }
+
+/// Asserts that a child process aborted and said why a scope could not wait.
+fn assert_aborted_because_the_scope_could_not_wait(outcome: &common::ChildOutcome) {
+    assert_eq!(
+        outcome.signal(),
+        Some(libc::SIGABRT),
+        "{}",
+        outcome.describe()
+    );
+    assert!(
+        outcome.stderr.contains(
+            "a thread::scope with 1 green thread(s) still running was unwound while the green \
+             thread running it was itself unwinding"
+        ),
+        "{}",
+        outcome.describe()
+    );
+}
+
+#[test]
+fn a_generator_suspended_in_a_scope_dropped_by_a_panic_aborts_saying_the_scope_cannot_wait() {
+    const NAME: &str =
+        "a_generator_suspended_in_a_scope_dropped_by_a_panic_aborts_saying_the_scope_cannot_wait";
+    let outcome = common::run_in_child(NAME, || {
+        greenweave::run(|| {
+            let mut generator = Coroutine::<(), (), ()>::new(|yielder, ()| {
+                thread::scope(|s| {
+                    s.spawn(|| thread::sleep(FOREVER));
+                    yielder.suspend(());
+                });
+            });
+            generator.resume(());
+            thread::yield_now();
+            panic!("unwinds with the generator on this green thread's stack");
+        });
+    });
+    assert_aborted_because_the_scope_could_not_wait(&outcome);
+}
+
+#[test]
+fn a_greenlet_suspended_in_a_scope_killed_by_a_panic_aborts_saying_the_scope_cannot_wait() {
+    const NAME: &str =
+        "a_greenlet_suspended_in_a_scope_killed_by_a_panic_aborts_saying_the_scope_cannot_wait";
+    let outcome = common::run_in_child(NAME, || {
+        greenweave::run(|| {
+            let greenlet = Greenlet::new(|()| {
+                thread::scope(|s| {
+                    s.spawn(|| thread::sleep(FOREVER));
+                    // No handle to itself kept across the switch: the last handle is main's.
+                    let main = greenweave::greenlet::current::<()>().parent().unwrap();
+                    main.switch(());
+                });
+            });
+            greenlet.switch(());
+            thread::yield_now();
+            panic!("unwinds with the greenlet's last handle on this green thread's stack");
+        });
+    });
+    assert_aborted_because_the_scope_could_not_wait(&outcome);
+}

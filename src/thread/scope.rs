@@ -53,9 +53,20 @@ type Payload = Box<dyn std::any::Any + Send + 'static>;
 /// have sent it. The wait itself cannot be cut short: a scope bounded by a timeout returns
 /// `Err(Elapsed)` only after its green threads have unwound.
 ///
+/// Inside a generator ([`Coroutine`](crate::Coroutine)) or a greenlet, the green thread that
+/// waits at the end of the scope is the one running it then: a generator suspended in `f` and
+/// resumed, or dropped, by another green thread makes that one wait (the one that entered the
+/// scope may have ended).
+///
 /// # Panics
 /// Outside a runtime (or on the scheduler rather than a green thread); with `f`'s own panic;
 /// and with "a scoped thread panicked", as described above.
+///
+/// # Aborts
+/// If the scope's stack is unwound while green threads of the scope still run and the green
+/// thread running the scope is itself unwinding (a generator or greenlet suspended inside `f`,
+/// dropped during a panic or a cancellation): the scope could neither wait for them (a green
+/// thread does not switch while it unwinds) nor let them outlive what they borrow.
 ///
 /// # Examples
 ///
@@ -440,6 +451,12 @@ impl ScopeData {
             if running == 0 {
                 break;
             }
+            if std::thread::panicking() {
+                // The scope's own unwind (its closure's stack force-unwound) runs inside another
+                // that is still going on: a generator or greenlet suspended in the closure,
+                // dropped during a panic or a cancellation of the green thread running it.
+                cannot_wait_while_unwinding(running);
+            }
             if interrupted && self.state.get() == ScopeState::Open {
                 self.cancel_children();
             }
@@ -511,6 +528,24 @@ impl ScopeData {
             });
         }
     }
+}
+
+/// Aborts for a scope that must wait for `running` green threads while the green thread that
+/// would wait is unwinding: it may not switch (std's panic state is per OS thread), and the
+/// green threads may not outlive the frames they borrow, which the unwind is about to free. A
+/// panic would be caught by the scope itself (or unwind those frames), so this cannot be one.
+#[cold]
+#[inline(never)]
+fn cannot_wait_while_unwinding(running: usize) -> ! {
+    eprintln!(
+        "fatal runtime error: greenweave: a thread::scope with {running} green thread(s) still \
+         running was unwound while the green thread running it was itself unwinding (a \
+         generator or greenlet suspended inside the scope's closure, dropped during a panic or a \
+         cancellation): the scope can neither wait for them (a green thread does not switch \
+         while it unwinds) nor let them outlive the frames they borrow; aborting. Finish or drop \
+         such a generator or greenlet before the unwind starts."
+    );
+    std::process::abort()
 }
 
 /// The green threads of a scope still alive, in a slab: a green thread takes its own entry out
