@@ -933,3 +933,40 @@ fn a_greenlet_suspended_in_a_scope_killed_by_a_panic_aborts_saying_the_scope_can
     });
     assert_aborted_because_the_scope_could_not_wait(&outcome);
 }
+
+#[test]
+fn a_generator_suspended_in_a_scope_whose_green_thread_the_runtimes_end_cancels_lets_run_return() {
+    const NAME: &str = "a_generator_suspended_in_a_scope_whose_green_thread_the_runtimes_end_cancels_lets_run_return";
+    // In a child process: without the runtime's end to stop them, the scope would abort.
+    let outcome = common::run_in_child(NAME, || {
+        let log = new_log();
+        let started = Rc::new(Cell::new(0));
+        greenweave::run(|| {
+            // `go` is never set: the scoped threads wait until the runtime's end.
+            let go = Rc::new(Event::new());
+            let mut generator = generator_suspended_in_a_scope(&log, &go, &started);
+            greenweave::spawn(move || {
+                assert_eq!(generator.resume(()), CoroutineResult::Yield(()));
+                // Holds the generator, suspended in the scope, until the runtime's end cancels
+                // this green thread: its unwind drops the generator.
+                thread::sleep(FOREVER);
+            });
+            yield_until(|| started.get() == 2);
+        });
+        println!("run returned; log: {:?}", entries(&log));
+        std::process::exit(0);
+    });
+    assert!(outcome.status.success(), "{}", outcome.describe());
+    // Stopped where they stood (their stacks leaked, their destructors not run), and said so.
+    assert!(
+        outcome
+            .stdout
+            .contains(r#"run returned; log: ["generator's data dropped"]"#)
+            && outcome.stderr.contains(
+                "so they were stopped where they stood and their stacks leaked, their \
+                 destructors not run"
+            ),
+        "{}",
+        outcome.describe()
+    );
+}

@@ -66,7 +66,10 @@ type Payload = Box<dyn std::any::Any + Send + 'static>;
 /// If the scope's stack is unwound while green threads of the scope still run and the green
 /// thread running the scope is itself unwinding (a generator or greenlet suspended inside `f`,
 /// dropped during a panic or a cancellation): the scope could neither wait for them (a green
-/// thread does not switch while it unwinds) nor let them outlive what they borrow.
+/// thread does not switch while it unwinds) nor let them outlive what they borrow. Once the
+/// runtime is ending (its shutdown cancelled that green thread), the scope's green threads are
+/// stopped where they stand instead, never to run again (their stacks leaked, their destructors
+/// not run, and a line on stderr says so), and `run` returns.
 ///
 /// # Examples
 ///
@@ -126,8 +129,9 @@ where
     // Every green thread of the scope ends here, whatever happened in `f` or happens now.
     let interruption = scope.data.wait_for_all(result.is_err());
     match (result, interruption) {
-        // The wait was interrupted, after the closure returned, by a cancellation or an elapsed
-        // timeout. That unwind goes on.
+        // The wait was interrupted: after the closure returned, by a cancellation or an elapsed
+        // timeout; or, whatever the closure did, by the runtime ending, whose unwind of the
+        // stack the wait parked on must reach that stack's root. That unwind goes on.
         (result, Some(payload)) => {
             drop(result);
             panic::resume_unwind(payload)
@@ -431,9 +435,10 @@ pub(super) struct ScopeData {
 impl ScopeData {
     /// Waits, in the green thread running this code, until every green thread of the scope has
     /// ended, and returns the payload of the unwind that interrupted the wait, if one did (a
-    /// cancellation, an elapsed timeout), for the caller to resume once the wait is over. With
-    /// `interrupted` (the closure unwound) or after an interruption, the green threads still
-    /// alive are cancelled first, and the wait goes on whatever else happens.
+    /// cancellation, an elapsed timeout, the runtime ending), for the caller to resume once the
+    /// wait is over. With `interrupted` (the closure unwound) or after an interruption, the
+    /// green threads still alive are cancelled first, and the wait goes on whatever else
+    /// happens.
     fn wait_for_all(&self, mut interrupted: bool) -> Option<Payload> {
         const WHAT: &str = "greenweave::thread::scope";
         let mut payload = None;
@@ -455,7 +460,15 @@ impl ScopeData {
                 // The scope's own unwind (its closure's stack force-unwound) runs inside another
                 // that is still going on: a generator or greenlet suspended in the closure,
                 // dropped during a panic or a cancellation of the green thread running it.
-                cannot_wait_while_unwinding(running);
+                // Waiting would switch. At the runtime's end (its shutdown cancelled that green
+                // thread) the green threads are stopped where they stand, never to run again;
+                // otherwise nothing can keep them from outliving the frames they borrow.
+                if !scheduler::runtime_is_ending() {
+                    cannot_wait_while_unwinding(running);
+                }
+                report_stopped_at_the_end(running);
+                self.end_now();
+                break;
             }
             if interrupted && self.state.get() == ScopeState::Open {
                 self.cancel_children();
@@ -477,8 +490,11 @@ impl ScopeData {
                 }
             }));
             if let Err(unwind) = park {
-                // A cancellation or an elapsed timeout: kept, and resumed once the wait is
-                // over.
+                // A cancellation or an elapsed timeout (or, when the runtime ends, the unwind of
+                // the stack this wait parked on, which wins over an earlier one so that it
+                // reaches that stack's root; the next turn of the loop finds no green thread
+                // running and ends the scope's green threads): kept, and resumed once the wait
+                // is over.
                 payload = Some(unwind);
                 interrupted = true;
             }
@@ -546,6 +562,22 @@ fn cannot_wait_while_unwinding(running: usize) -> ! {
          such a generator or greenlet before the unwind starts."
     );
     std::process::abort()
+}
+
+/// Says on stderr that the runtime's end stopped `running` green threads of a scope where they
+/// stood (`wait_for_all`, the scope unwound inside its green thread's own unwind): their
+/// destructors do not run.
+#[cold]
+fn report_stopped_at_the_end(running: usize) {
+    eprintln!(
+        "greenweave: the runtime is ending, and a thread::scope with {running} green thread(s) \
+         still running was unwound while the green thread running it was itself unwinding (a \
+         generator or greenlet suspended inside the scope's closure, dropped by its green \
+         thread's cancellation): the scope could not wait for them (a green thread does not \
+         switch while it unwinds), so they were stopped where they stood and their stacks \
+         leaked, their destructors not run. Finish or drop such a generator or greenlet before \
+         the runtime ends."
+    );
 }
 
 /// The green threads of a scope still alive, in a slab: a green thread takes its own entry out
