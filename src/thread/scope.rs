@@ -14,10 +14,11 @@
 //! scope's green threads at once instead of waiting.
 //!
 //! May not: let `scope` return or unwind while a green thread spawned in it can still run
-//! (every way out goes through `ScopeData::wait_for_all`); switch while unwinding (the wait
-//! comes after the closure's unwind has been caught, and a scope entered during an unwind
-//! refuses spawns); reach into the scheduler beyond spawning, parking, waking, and the two
-//! hooks of a runtime's end (`end_abandoned`, `count_waiting_for_others`).
+//! (every way out goes through `ScopeData::wait_for_all`, or aborts); switch while unwinding
+//! (the wait comes after the closure's unwind has been caught, a scope entered during an unwind
+//! refuses spawns, and one unwound inside another unwind does not wait); reach into the
+//! scheduler beyond spawning, parking, waking, and the hooks of a runtime's end
+//! (`end_abandoned`, `count_waiting_for_others`, `runtime_is_ending`).
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
