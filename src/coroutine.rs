@@ -272,6 +272,14 @@ impl<I, Y, R> Coroutine<I, Y, R> {
     /// The first call starts the body with `input` as its second argument; later calls make
     /// `input` the return value of the [`Yielder::suspend`] it is waiting in.
     ///
+    /// Called from a destructor during an unwind (a destructor that drains a generator), the
+    /// body runs as part of that destructor, as a function it calls would: every suspend
+    /// returns to it, so `std::thread::panicking()` is true in the body as it is in the
+    /// destructor, and the body switches nowhere else either: in a green thread its waits time
+    /// out at once or panic, as the destructor's own would, and a greenlet switch in it panics
+    /// (see [`greenlet`](crate::greenlet#no-switch-while-unwinding)). Python does the same for
+    /// a generator resumed from an `except` block: it sees the caller's exception.
+    ///
     /// # Panics
     /// If the coroutine has already finished (check [`is_done`](Coroutine::is_done)), and
     /// with the body's own panic, re-raised here, if the body panics.

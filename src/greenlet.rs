@@ -84,6 +84,46 @@
 //! std::thread::spawn(move || drop(g));
 //! ```
 //!
+//! # No switch while unwinding
+//!
+//! Python keeps the exception being handled per greenlet: a greenlet switched to from an
+//! `except` block has none of its own. Rust's counterpart, `std::thread::panicking()`, is kept
+//! per OS thread, and no stable API saves or restores it around a switch: a greenlet switched to
+//! from a destructor during an unwind would see that unwind as its own, and would run as if it
+//! were unwinding (inside a green thread its timed waits would time out at once and its untimed
+//! ones panic). So a greenlet does not switch while it unwinds, as a green thread does not:
+//! [`switch`](Greenlet::switch) and [`throw`](Greenlet::throw) made while the thread unwinds
+//! panic at once, saying why, before anything moves (in a destructor during an unwind that
+//! aborts the process, as any panic escaping a destructor then does). Dropping the last handle
+//! to a suspended greenlet still kills it during an unwind: the greenlet then unwinds too, so
+//! `panicking()` is true for it anyway, but it cannot refuse to die, since its switch back would
+//! be refused. A [`Coroutine`](crate::Coroutine) resumed from such a destructor is a call made
+//! by the destructor, not a switch away from it, and may run and suspend back; a greenlet switch
+//! inside it is refused the same way.
+//!
+//! ```
+//! use greenweave::greenlet::Greenlet;
+//! use std::panic::{self, AssertUnwindSafe};
+//!
+//! struct SwitchesOnDrop(Greenlet<()>);
+//! impl Drop for SwitchesOnDrop {
+//!     fn drop(&mut self) {
+//!         // Refused: the greenlet would see this unwind as its own.
+//!         let refused = panic::catch_unwind(AssertUnwindSafe(|| self.0.switch(())));
+//!         assert!(refused.is_err());
+//!     }
+//! }
+//! let g = Greenlet::new(|()| assert!(!std::thread::panicking()));
+//! let unwound = panic::catch_unwind(AssertUnwindSafe(|| {
+//!     let _guard = SwitchesOnDrop(g.clone());
+//!     panic!("unwinds through a destructor that switches");
+//! }));
+//! assert!(unwound.is_err());
+//! assert!(!g.is_started());
+//! g.switch(()); // once the unwind is over, the greenlet runs and sees none
+//! assert!(g.is_dead());
+//! ```
+//!
 //! # Reference cycles
 //!
 //! Handles are reference-counted, and there is no cycle collector. A greenlet keeps its
@@ -297,11 +337,17 @@ impl<T: FromGreenletExit + 'static> Greenlet<T> {
     /// # Panics
     /// Re-raises a panic delivered to this switch point: a child's panic that escaped its
     /// `run`, or a [`throw`](Greenlet::throw) aimed at the current greenlet. Also panics if the
-    /// target is suspended in a switch that expects another message type, or if called inside
-    /// a trace hook (see [`TraceHook`]).
+    /// target is suspended in a switch that expects another message type, if called inside a
+    /// trace hook (see [`TraceHook`]), or if called while the thread unwinds and control would
+    /// move to another greenlet (see [No switch while unwinding](self#no-switch-while-unwinding)).
     #[inline]
     pub fn switch(&self, value: T) -> T {
-        transfer(&self.record, Payload::Value(value), Event::Switch)
+        transfer(
+            &self.record,
+            Payload::Value(value),
+            Event::Switch,
+            Unwinding::Refuse,
+        )
     }
 
     /// Raises [`GreenletExit`] in this greenlet at its switch point (see
@@ -334,9 +380,15 @@ impl<T: FromGreenletExit + 'static> Greenlet<T> {
     /// # Panics
     /// Re-raises a panic delivered to this switch point, as [`switch`](Greenlet::switch) does;
     /// also panics if a `GreenletExit` turned into a value goes to a greenlet suspended in a
-    /// switch that expects another message type, or if called inside a trace hook.
+    /// switch that expects another message type, if called inside a trace hook, or if called
+    /// while the thread unwinds and control would move to another greenlet.
     pub fn throw_with(&self, payload: Box<dyn Any + Send>) -> T {
-        transfer(&self.record, Payload::Panic(payload), Event::Throw)
+        transfer(
+            &self.record,
+            Payload::Panic(payload),
+            Event::Throw,
+            Unwinding::Refuse,
+        )
     }
 }
 
@@ -936,14 +988,20 @@ fn transfer<T: FromGreenletExit + 'static>(
     target: &Rc<Record>,
     payload: Payload<T>,
     event: Event,
+    unwinding: Unwinding,
 ) -> T {
     let waiting = target.waiting.get();
     let takes_payload = match payload {
         Payload::Value(_) => Expected::is_exactly::<T>(waiting),
         Payload::Panic(_) => waiting.is_some(),
     };
-    // A target's world is never null, and FAST_WORLD is null unless the fast path is open.
-    if takes_payload && FAST_WORLD.get() == target.world {
+    // A target's world is never null, and FAST_WORLD is null unless the fast path is open. The
+    // unwinding test comes last: one load of std's global panic count, and a constant for a
+    // kill.
+    if takes_payload
+        && FAST_WORLD.get() == target.world
+        && (unwinding == Unwinding::Kill || !std::thread::panicking())
+    {
         // FAST_WORLD is set, so `CURRENT` is untagged (`set_current`): the running greenlet.
         let current = CURRENT.get();
         // SAFETY: `target` waits, so its context is valid, and nothing ran since it was read;
@@ -954,10 +1012,20 @@ fn transfer<T: FromGreenletExit + 'static>(
         // Taken apart and rebuilt for the call, so that the payload is put in memory (where
         // the call takes it) on this path only, and not before the branch.
         match payload {
-            Payload::Value(value) => transfer_slow(target, Payload::Value(value), event),
-            Payload::Panic(panic) => transfer_slow(target, Payload::Panic(panic), event),
+            Payload::Value(value) => transfer_slow(target, Payload::Value(value), event, unwinding),
+            Payload::Panic(panic) => transfer_slow(target, Payload::Panic(panic), event, unwinding),
         }
     }
+}
+
+/// Whether a switch may be made while this OS thread unwinds.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Unwinding {
+    /// No: a `switch` or `throw`, which would hand the unwind's panic count to the greenlet
+    /// switched to (see [`switch_while_unwinding`]).
+    Refuse,
+    /// Yes: the kill of a greenlet whose last handle is dropped, which makes it unwind too.
+    Kill,
 }
 
 /// [`transfer`] to a dead target, to the running greenlet itself, or with a trace hook.
@@ -971,6 +1039,7 @@ fn transfer_slow<T: FromGreenletExit + 'static>(
     target: &Rc<Record>,
     payload: Payload<T>,
     event: Event,
+    unwinding: Unwinding,
 ) -> T {
     if TRACE.get().in_hook {
         switch_in_trace_hook(target.id);
@@ -997,6 +1066,9 @@ fn transfer_slow<T: FromGreenletExit + 'static>(
     let current = current_ptr();
     if ptr::eq(Rc::as_ptr(target), current) {
         return deliver_here(payload);
+    }
+    if unwinding == Unwinding::Refuse && std::thread::panicking() {
+        switch_while_unwinding(target.id, event);
     }
     if let Payload::Value(_) = payload {
         check_expects::<T>(target);
@@ -1045,6 +1117,31 @@ unsafe fn switch_to<T: 'static>(
     let transfer = unsafe { arch::switch(to, delivery.word() | tag) };
     // SAFETY: whoever switched here sent a Delivery<T>: they checked our `waiting`.
     unsafe { arrive::<T>(transfer) }
+}
+
+/// The panic of a `switch` or `throw` made while this OS thread unwinds (from a destructor run
+/// during a panic, a cancellation or a kill): std keeps "this thread is panicking" per OS thread
+/// and no stable API saves or restores it, so the greenlet switched to would see the unwind as
+/// its own (`std::thread::panicking()` true, its timed waits timing out at once and its
+/// untimed ones panicking, as in an unwinding green thread), and so would every greenlet it
+/// switched to in turn, for as long as the unwind stayed suspended. In a destructor during the
+/// unwind this panic aborts the process, as any panic escaping a destructor then does.
+#[cold]
+#[inline(never)]
+fn switch_while_unwinding(target: GreenletId, event: Event) -> ! {
+    let what = match event {
+        Event::Switch => "Greenlet::switch",
+        Event::Throw => "Greenlet::throw",
+    };
+    panic!(
+        "greenweave: {what} called while this thread is unwinding (in a destructor run during a \
+         panic, a cancellation or a greenlet's kill), targeting greenlet {}. A greenlet does not \
+         switch while it unwinds: std's panic state is per OS thread, so greenlet {} would run \
+         as if it were unwinding itself. Switch before the unwind starts or once it has been \
+         caught, or drop the greenlet's last handle instead, which kills it as part of the \
+         unwind.",
+        target.0, target.0
+    );
 }
 
 /// A switch to the running greenlet itself: the value comes straight back (or the panic is
@@ -1306,7 +1403,14 @@ fn kill<T: FromGreenletExit + 'static>(record: &Rc<Record>) {
     }
     let previous = record.parent.replace(Some(current_record()));
     let outcome = panic::catch_unwind(AssertUnwindSafe(|| {
-        transfer::<T>(record, Payload::Panic(Box::new(GreenletExit)), Event::Throw)
+        // A kill goes ahead while this thread unwinds (a handle dropped by the unwind): the
+        // greenlet unwinds too, so `std::thread::panicking()` is true for it anyway.
+        transfer::<T>(
+            record,
+            Payload::Panic(Box::new(GreenletExit)),
+            Event::Throw,
+            Unwinding::Kill,
+        )
     }));
     // As Python does, it gets its old parent back, dead or not (it may have refused to die:
     // caught GreenletExit and switched back). The old parent is not released here but by our

@@ -315,6 +315,48 @@ fn a_green_thread_cancelled_while_parked_inside_a_greenlet_unwinds_the_greenlet_
     });
 }
 
+/// A destructor run by a green thread's cancellation switches to a greenlet that sleeps. Were
+/// the switch made, the greenlet would see the unwind as its own (`panicking()` true) and its
+/// sleep would return at once, as an unwinding green thread's does; the switch is refused
+/// instead, saying why, and the greenlet never runs.
+#[test]
+fn a_greenlet_switch_in_a_destructor_during_a_cancellation_is_refused_instead_of_running_as_if_unwinding()
+ {
+    type Outcome = Rc<RefCell<Option<Result<Option<bool>, String>>>>;
+    struct SwitchesOnDrop(Outcome);
+    impl Drop for SwitchesOnDrop {
+        fn drop(&mut self) {
+            let sleeper = Greenlet::new(|_: Option<bool>| {
+                greenweave::thread::sleep(Duration::from_millis(1));
+                Some(std::thread::panicking())
+            });
+            let switched =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sleeper.switch(None)));
+            let outcome = switched.map_err(|payload| match payload.downcast::<String>() {
+                Ok(message) => *message,
+                Err(_) => "a panic without a message".to_owned(),
+            });
+            *self.0.borrow_mut() = Some(outcome);
+        }
+    }
+    greenweave::run(|| {
+        let outcome = Outcome::default();
+        let guard = SwitchesOnDrop(outcome.clone());
+        let parked = greenweave::spawn(move || {
+            let _guard = guard;
+            greenweave::thread::sleep(Duration::from_secs(3600));
+        });
+        greenweave::thread::yield_now();
+        parked.cancel();
+        assert!(parked.join().unwrap_err().is_cancelled());
+        let refused = outcome.take().unwrap().expect_err("the switch is refused");
+        assert!(
+            refused.contains("Greenlet::switch called while this thread is unwinding"),
+            "{refused}"
+        );
+    });
+}
+
 #[test]
 fn a_timeout_around_a_generator_whose_inner_read_never_ends_elapses_and_runs_its_destructors() {
     greenweave::run(|| {

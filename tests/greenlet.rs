@@ -1038,6 +1038,167 @@ fn a_greenlet_that_keeps_a_handle_to_itself_while_refusing_the_kill_dies_when_th
 }
 
 // ---------------------------------------------------------------------------------------------
+// Switching while unwinding
+// ---------------------------------------------------------------------------------------------
+
+/// What a switch made from a destructor during an unwind answered (`Err` with the message of
+/// its refusal, caught in the destructor so the unwind goes on, or `Ok` if it switched), and
+/// whether the thread was still unwinding after it.
+type Refusal = Rc<RefCell<Option<(Result<(), String>, bool)>>>;
+
+/// Switches to (or, with `throw`, throws into) a greenlet when dropped, catching the refusal.
+struct SwitchesWhileUnwinding {
+    target: Greenlet<()>,
+    throw: bool,
+    refusal: Refusal,
+}
+
+impl Drop for SwitchesWhileUnwinding {
+    fn drop(&mut self) {
+        let attempt = catch_unwind(AssertUnwindSafe(|| {
+            if self.throw {
+                self.target.throw()
+            } else {
+                self.target.switch(())
+            }
+        }));
+        // No assertion here: a panic escaping a destructor during an unwind would abort.
+        let answer = attempt.map_err(|refused| message(&*refused));
+        *self.refusal.borrow_mut() = Some((answer, thread::panicking()));
+    }
+}
+
+#[test]
+fn test_exc_state() {
+    // Ported from greenlet's test suite (src/greenlet/tests/test_greenlet.py, `test_exc_state`):
+    // a greenlet switched to from an `except` block has no exception of its own, and the
+    // switcher's is intact when it comes back. Here the `except` block is a destructor during
+    // an unwind and the exception state is `std::thread::panicking()`, which std keeps per OS
+    // thread: such a switch is refused, and the greenlet, switched to once the unwind is over,
+    // sees no unwind.
+    let seen = Rc::new(Cell::new(None));
+    let inner = seen.clone();
+    let h = Greenlet::new(move |()| inner.set(Some(thread::panicking())));
+    let refusal = Refusal::default();
+    let guard = SwitchesWhileUnwinding {
+        target: h.clone(),
+        throw: false,
+        refusal: refusal.clone(),
+    };
+    let f = Greenlet::new(move |()| {
+        let _guard = guard;
+        panic_any(IndexError);
+    });
+    let payload = expect_panic(|| f.switch(()));
+    assert!(payload.is::<IndexError>());
+    let (answer, still_unwinding) = refusal.take().unwrap();
+    let refused = answer.expect_err("the switch was refused");
+    assert!(
+        refused.contains("while this thread is unwinding"),
+        "the refusal says why: {refused}"
+    );
+    assert!(still_unwinding, "the switcher's unwind is intact");
+    assert!(
+        !h.is_started(),
+        "the refused switch did not start the greenlet"
+    );
+    h.switch(());
+    assert_eq!(seen.get(), Some(false));
+}
+
+#[test]
+fn a_throw_from_a_destructor_during_an_unwind_is_refused_and_the_greenlet_stays_suspended() {
+    let count = Rc::new(Cell::new(0));
+    let inner = count.clone();
+    let target = Greenlet::new(move |()| suspend_deep(0, &inner));
+    target.switch(());
+    let refusal = Refusal::default();
+    let guard = SwitchesWhileUnwinding {
+        target: target.clone(),
+        throw: true,
+        refusal: refusal.clone(),
+    };
+    let payload = expect_panic(move || {
+        let _guard = guard;
+        panic_any(KeyError);
+    });
+    assert!(payload.is::<KeyError>());
+    let refused = refusal
+        .take()
+        .unwrap()
+        .0
+        .expect_err("the throw was refused");
+    assert!(refused.contains("Greenlet::throw"), "{refused}");
+    assert!(target.is_active() && count.get() == 0, "not thrown into");
+    drop(target);
+    assert_eq!(
+        count.get(),
+        1,
+        "killed once its last handle went, after the unwind"
+    );
+}
+
+#[test]
+fn a_switch_from_a_destructor_during_an_unwind_aborts_saying_why() {
+    const NAME: &str = "a_switch_from_a_destructor_during_an_unwind_aborts_saying_why";
+    struct SwitchesUncaught(Greenlet<()>);
+    impl Drop for SwitchesUncaught {
+        fn drop(&mut self) {
+            self.0.switch(());
+        }
+    }
+    let outcome = run_in_child(NAME, || {
+        let g = Greenlet::new(|()| println!("the greenlet ran"));
+        let _guard = SwitchesUncaught(g);
+        panic!("unwinds into a destructor that switches");
+    });
+    assert_eq!(
+        outcome.signal(),
+        Some(libc::SIGABRT),
+        "{}",
+        outcome.describe()
+    );
+    assert!(
+        outcome
+            .stderr
+            .contains("Greenlet::switch called while this thread is unwinding")
+            && !outcome.stdout.contains("the greenlet ran"),
+        "{}",
+        outcome.describe()
+    );
+}
+
+#[test]
+fn a_greenlet_killed_during_an_unwind_cannot_refuse_and_its_destructors_run() {
+    let count = Rc::new(Cell::new(0));
+    let refusals = Rc::new(Cell::new(0));
+    let (inner, inner_refusals) = (count.clone(), refusals.clone());
+    let main = current::<()>();
+    let g = Greenlet::new(move |()| {
+        let _frame = Tally::new(&inner);
+        if catch_unwind(AssertUnwindSafe(|| main.switch(()))).is_err() {
+            inner_refusals.set(inner_refusals.get() + 1);
+            // Refuse: hand control back instead of dying. Refused in turn, while the thread
+            // unwinds: the panic ends this greenlet.
+            main.switch(());
+            unreachable!("the refusal cannot switch back");
+        }
+    });
+    g.switch(());
+    let payload = expect_panic(move || {
+        let _g = g; // its last handle, dropped (so killed) by the unwind
+        panic_any(SomeError);
+    });
+    assert!(payload.is::<SomeError>());
+    assert_eq!(refusals.get(), 1, "it caught the kill");
+    assert_eq!(
+        count.get(),
+        1,
+        "and died of its refused switch, its frame unwound"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // State and identity
 // ---------------------------------------------------------------------------------------------
 

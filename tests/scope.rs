@@ -18,10 +18,13 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 use std::time::Duration;
 
-use greenweave::Runtime;
-use greenweave::sync::mpsc;
+use greenweave::greenlet::Greenlet;
+use greenweave::sync::{Event, mpsc};
 use greenweave::thread::{self, Builder, JoinError};
 use greenweave::time;
+use greenweave::{Coroutine, CoroutineResult, Runtime};
+
+mod common;
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
@@ -691,4 +694,279 @@ fn cancelling_a_scoped_thread_through_its_handle_lets_the_scope_return_normally(
         });
         assert!(value);
     });
+}
+
+// ---------------------------------------------------------------------------------------------
+// scope inside a generator: its waiter is whichever green thread waits in it now
+// ---------------------------------------------------------------------------------------------
+
+/// A generator whose body calls `scope`, spawns two green threads that each count themselves
+/// in `started`, wait (parked) for `go` and then count themselves finished, and suspends inside
+/// the scope's closure; resumed again, it leaves the closure, so `scope` waits for the two, and
+/// it returns how many finished. Each scoped green thread notes its end into a witness on the
+/// generator's stack.
+fn generator_suspended_in_a_scope(
+    log: &Log,
+    go: &Rc<Event>,
+    started: &Rc<Cell<usize>>,
+) -> Coroutine<(), (), usize> {
+    let (log, go, started) = (log.clone(), go.clone(), started.clone());
+    Coroutine::new(move |yielder, ()| {
+        let witness = Witness::new(&log, "generator's data");
+        let finished = Cell::new(0);
+        thread::scope(|s| {
+            for i in 0..2 {
+                let (witness, finished, go, started) = (&witness, &finished, &go, &started);
+                s.spawn(move || {
+                    let _noted = note_on_drop(witness, format!("child {i} ended"));
+                    started.set(started.get() + 1);
+                    go.wait();
+                    finished.set(finished.get() + 1);
+                });
+            }
+            yielder.suspend(());
+        });
+        finished.get()
+    })
+}
+
+#[test]
+fn a_scope_in_a_generator_resumed_by_another_green_thread_wakes_that_one_when_its_threads_end() {
+    let log = new_log();
+    greenweave::run(|| {
+        let go = Rc::new(Event::new());
+        let (to_resumer, from_entering) = mpsc::channel();
+        let (to_entering, from_resumer) = mpsc::channel();
+        let generator = generator_suspended_in_a_scope(&log, &go, &Rc::default());
+        // Enters the scope, hands the generator on, and stays alive, parked.
+        let entering = greenweave::spawn(move || {
+            let mut generator = generator;
+            assert_eq!(generator.resume(()), CoroutineResult::Yield(()));
+            to_resumer.send(generator).unwrap();
+            from_resumer.recv().unwrap()
+        });
+        let resumer = greenweave::spawn(move || {
+            let mut generator: Coroutine<(), (), usize> = from_entering.recv().unwrap();
+            go.set();
+            // `scope` waits here, in this green thread: the last scoped thread's end wakes it.
+            let result = generator.resume(());
+            to_entering.send(result).unwrap();
+        });
+        resumer.join().unwrap();
+        assert_eq!(entering.join().unwrap(), CoroutineResult::Return(2));
+    });
+    assert_eq!(
+        entries(&log),
+        ["child 0 ended", "child 1 ended", "generator's data dropped"]
+    );
+}
+
+#[test]
+fn a_scope_in_a_generator_resumed_after_the_green_thread_that_entered_it_ended_waits_for_its_threads()
+ {
+    const NAME: &str = "a_scope_in_a_generator_resumed_after_the_green_thread_that_entered_it_ended_waits_for_its_threads";
+    // In a child process: were the scoped threads cut short and left in the task table, `run`
+    // would never return.
+    let outcome = common::run_in_child(NAME, || {
+        let log = new_log();
+        greenweave::run(|| {
+            let go = Rc::new(Event::new());
+            let generator = generator_suspended_in_a_scope(&log, &go, &Rc::default());
+            let entering = greenweave::spawn(move || {
+                let mut generator = generator;
+                assert_eq!(generator.resume(()), CoroutineResult::Yield(()));
+                generator
+            });
+            let mut generator = entering.join().unwrap();
+            let resumer = greenweave::spawn(move || {
+                go.set();
+                generator.resume(())
+            });
+            let result = resumer.join().unwrap();
+            println!("generator returned {result:?}");
+            if result != CoroutineResult::Return(2) {
+                // Do not wait for a `run` that would not return.
+                std::process::exit(1);
+            }
+        });
+        println!("run returned; log: {:?}", entries(&log));
+        std::process::exit(0);
+    });
+    assert!(outcome.status.success(), "{}", outcome.describe());
+    assert!(
+        outcome.stdout.contains("generator returned Return(2)")
+            && outcome.stdout.contains(
+                r#"run returned; log: ["child 0 ended", "child 1 ended", "generator's data dropped"]"#
+            ),
+        "{}",
+        outcome.describe()
+    );
+}
+
+#[test]
+fn a_scope_in_a_generator_resumed_from_a_greenlet_of_another_green_thread_wakes_that_green_thread()
+{
+    let log = new_log();
+    greenweave::run(|| {
+        let go = Rc::new(Event::new());
+        let (to_resumer, from_entering) = mpsc::channel();
+        let (to_entering, from_resumer) = mpsc::channel();
+        let generator = generator_suspended_in_a_scope(&log, &go, &Rc::default());
+        // Enters the scope from a greenlet of its own, and stays alive, parked.
+        let entering = greenweave::spawn(move || {
+            let enters = Greenlet::new(move |_: Option<()>| {
+                let mut generator = generator;
+                assert_eq!(generator.resume(()), CoroutineResult::Yield(()));
+                to_resumer.send(generator).unwrap();
+                None
+            });
+            assert_eq!(enters.switch(None), None);
+            from_resumer.recv().unwrap()
+        });
+        let resumer = greenweave::spawn(move || {
+            let resumes = Greenlet::new(move |_: Option<usize>| {
+                let mut generator: Coroutine<(), (), usize> = from_entering.recv().unwrap();
+                go.set();
+                // `scope` waits inside this greenlet, parking its green thread.
+                generator.resume(()).into_return()
+            });
+            to_entering.send(resumes.switch(None)).unwrap();
+        });
+        resumer.join().unwrap();
+        assert_eq!(entering.join().unwrap(), Some(2));
+    });
+    assert_eq!(
+        entries(&log),
+        ["child 0 ended", "child 1 ended", "generator's data dropped"]
+    );
+}
+
+#[test]
+fn dropping_a_generator_suspended_in_a_scope_from_another_green_thread_ends_its_threads_first() {
+    let log = new_log();
+    greenweave::run(|| {
+        // `go` is never set: the scoped threads wait until they are cancelled.
+        let go = Rc::new(Event::new());
+        let (to_dropper, from_entering) = mpsc::channel();
+        let (to_entering, from_dropper) = mpsc::channel::<()>();
+        let started = Rc::new(Cell::new(0));
+        let generator = generator_suspended_in_a_scope(&log, &go, &started);
+        let entering = greenweave::spawn(move || {
+            let mut generator = generator;
+            assert_eq!(generator.resume(()), CoroutineResult::Yield(()));
+            yield_until(|| started.get() == 2);
+            to_dropper.send(generator).unwrap();
+            from_dropper.recv().unwrap();
+        });
+        let dropper = greenweave::spawn(move || {
+            let generator: Coroutine<(), (), usize> = from_entering.recv().unwrap();
+            // The generator unwinds from inside the scope's closure: `scope` cancels its
+            // green threads and waits for them, in this green thread, before the unwind goes on.
+            drop(generator);
+            to_entering.send(()).unwrap();
+        });
+        dropper.join().unwrap();
+        entering.join().unwrap();
+    });
+    assert_eq!(
+        entries(&log),
+        ["child 0 ended", "child 1 ended", "generator's data dropped"]
+    );
+}
+
+/// Asserts that a child process aborted and said why a scope could not wait.
+fn assert_aborted_because_the_scope_could_not_wait(outcome: &common::ChildOutcome) {
+    assert_eq!(
+        outcome.signal(),
+        Some(libc::SIGABRT),
+        "{}",
+        outcome.describe()
+    );
+    assert!(
+        outcome.stderr.contains(
+            "a thread::scope with 1 green thread(s) still running was unwound while the green \
+             thread running it was itself unwinding"
+        ),
+        "{}",
+        outcome.describe()
+    );
+}
+
+#[test]
+fn a_generator_suspended_in_a_scope_dropped_by_a_panic_aborts_saying_the_scope_cannot_wait() {
+    const NAME: &str =
+        "a_generator_suspended_in_a_scope_dropped_by_a_panic_aborts_saying_the_scope_cannot_wait";
+    let outcome = common::run_in_child(NAME, || {
+        greenweave::run(|| {
+            let mut generator = Coroutine::<(), (), ()>::new(|yielder, ()| {
+                thread::scope(|s| {
+                    s.spawn(|| thread::sleep(FOREVER));
+                    yielder.suspend(());
+                });
+            });
+            generator.resume(());
+            thread::yield_now();
+            panic!("unwinds with the generator on this green thread's stack");
+        });
+    });
+    assert_aborted_because_the_scope_could_not_wait(&outcome);
+}
+
+#[test]
+fn a_greenlet_suspended_in_a_scope_killed_by_a_panic_aborts_saying_the_scope_cannot_wait() {
+    const NAME: &str =
+        "a_greenlet_suspended_in_a_scope_killed_by_a_panic_aborts_saying_the_scope_cannot_wait";
+    let outcome = common::run_in_child(NAME, || {
+        greenweave::run(|| {
+            let greenlet = Greenlet::new(|()| {
+                thread::scope(|s| {
+                    s.spawn(|| thread::sleep(FOREVER));
+                    // No handle to itself kept across the switch: the last handle is main's.
+                    let main = greenweave::greenlet::current::<()>().parent().unwrap();
+                    main.switch(());
+                });
+            });
+            greenlet.switch(());
+            thread::yield_now();
+            panic!("unwinds with the greenlet's last handle on this green thread's stack");
+        });
+    });
+    assert_aborted_because_the_scope_could_not_wait(&outcome);
+}
+
+#[test]
+fn a_generator_suspended_in_a_scope_whose_green_thread_the_runtimes_end_cancels_lets_run_return() {
+    const NAME: &str = "a_generator_suspended_in_a_scope_whose_green_thread_the_runtimes_end_cancels_lets_run_return";
+    // In a child process: without the runtime's end to stop them, the scope would abort.
+    let outcome = common::run_in_child(NAME, || {
+        let log = new_log();
+        let started = Rc::new(Cell::new(0));
+        greenweave::run(|| {
+            // `go` is never set: the scoped threads wait until the runtime's end.
+            let go = Rc::new(Event::new());
+            let mut generator = generator_suspended_in_a_scope(&log, &go, &started);
+            greenweave::spawn(move || {
+                assert_eq!(generator.resume(()), CoroutineResult::Yield(()));
+                // Holds the generator, suspended in the scope, until the runtime's end cancels
+                // this green thread: its unwind drops the generator.
+                thread::sleep(FOREVER);
+            });
+            yield_until(|| started.get() == 2);
+        });
+        println!("run returned; log: {:?}", entries(&log));
+        std::process::exit(0);
+    });
+    assert!(outcome.status.success(), "{}", outcome.describe());
+    // Stopped where they stood (their stacks leaked, their destructors not run), and said so.
+    assert!(
+        outcome
+            .stdout
+            .contains(r#"run returned; log: ["generator's data dropped"]"#)
+            && outcome.stderr.contains(
+                "so they were stopped where they stood and their stacks leaked, their \
+                 destructors not run"
+            ),
+        "{}",
+        outcome.describe()
+    );
 }

@@ -13,6 +13,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::Rc;
 use std::time::Duration;
 
+use greenweave::greenlet::Greenlet;
 use greenweave::sync::{Event, Mutex, mpsc};
 use greenweave::thread::{self, JoinHandle};
 use greenweave::time::timeout;
@@ -292,6 +293,59 @@ fn a_destructor_can_drain_a_generator_while_its_own_thread_unwinds() {
     assert!(result.is_err());
     assert_eq!(*drained.borrow(), [1, 2, 3]);
     assert!(!std::thread::panicking());
+}
+
+/// A generator resumed from a destructor during an unwind runs as part of that destructor, as
+/// a function it calls would: `panicking()` is true in it as well (the unwind is its
+/// resumer's, which every suspend returns to), and like the destructor it switches nowhere
+/// else: a greenlet switch in it is refused. Once the unwind is over, the same generator sees
+/// none.
+#[test]
+fn a_generator_resumed_from_a_destructor_during_an_unwind_runs_as_part_of_it_and_switches_to_no_greenlet()
+ {
+    type Seen = Rc<RefCell<Vec<String>>>;
+    type Slot = Rc<RefCell<Option<Coroutine<(), (), ()>>>>;
+    struct ResumesOnDrop(Slot, Seen);
+    impl Drop for ResumesOnDrop {
+        fn drop(&mut self) {
+            let result = self.0.borrow_mut().as_mut().unwrap().resume(());
+            self.1
+                .borrow_mut()
+                .push(format!("destructor got {result:?}"));
+        }
+    }
+    let seen = Seen::default();
+    let inner = seen.clone();
+    let generator = Coroutine::<(), (), ()>::new(move |yielder, ()| {
+        for _ in 0..2 {
+            let panicking = std::thread::panicking();
+            let greenlet = Greenlet::new(|()| ());
+            let switch = catch_unwind(AssertUnwindSafe(|| greenlet.switch(())));
+            inner.borrow_mut().push(format!(
+                "panicking: {panicking}, greenlet switch refused: {}",
+                switch.is_err()
+            ));
+            yielder.suspend(());
+        }
+    });
+    let slot = Slot::new(RefCell::new(Some(generator)));
+    let guard = ResumesOnDrop(slot.clone(), seen.clone());
+    let result = catch_unwind(AssertUnwindSafe(move || {
+        let _guard = guard;
+        panic!("unwinds through a destructor that resumes a generator");
+    }));
+    assert!(result.is_err());
+    let mut generator = slot.take().unwrap();
+    assert_eq!(generator.resume(()), CoroutineResult::Yield(()));
+    assert_eq!(generator.resume(()), CoroutineResult::Return(()));
+    assert_eq!(
+        *seen.borrow(),
+        [
+            "panicking: true, greenlet switch refused: true",
+            "destructor got Yield(())",
+            "panicking: false, greenlet switch refused: false",
+        ]
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -194,6 +194,17 @@ impl ReadyQueue {
         unsafe { (*self.tasks.get()).len() }
     }
 
+    /// Takes `task` out of the queue, if it is queued; the caller drops it (after the queue is
+    /// left alone, as in `clear`).
+    fn remove(&self, task: &Task) -> Option<Rc<Task>> {
+        // SAFETY: as in `push_back`; comparing addresses runs no code of ours.
+        let ring = unsafe { &mut *self.tasks.get() };
+        let at = ring
+            .iter()
+            .position(|queued| std::ptr::eq(Rc::as_ptr(queued), task))?;
+        ring.remove(at)
+    }
+
     /// Drops every queued task, after emptying the queue: dropping a task can run its
     /// destructors, which may spawn.
     fn clear(&self) {
@@ -402,8 +413,8 @@ pub(crate) fn current_task_ptr() -> *const Task {
 }
 
 /// Whether the running green thread has a cancellation requested (false outside one). For the
-/// hooks' futex waits, which park uninterruptibly and so raise a pending cancellation themselves.
-#[cfg_attr(not(feature = "hooks"), allow(dead_code))]
+/// hooks' futex waits, which park uninterruptibly and so raise a pending cancellation themselves,
+/// and for `thread::scope`'s uninterruptible wait.
 pub(crate) fn cancel_requested() -> bool {
     let task = current_task_ptr();
     // SAFETY: a non-null running task is kept alive by `run_task` while `current` points at it.
@@ -1116,13 +1127,51 @@ impl Task {
 /// Ends `task`, unfinished, whose runtime is ending without it, as shutdown ends its leftovers:
 /// marks it finished (`Task::abandon`) and unwinds its stack, or leaks it (never to be resumed)
 /// if it keeps catching its cancellation or the thread is unwinding. For a green thread that
-/// must not outlive another which is being ended (the green threads of a `thread::scope`, when
-/// the green thread in `scope` is abandoned: they borrow from its stack). Does nothing to a
-/// task already ended.
+/// must not outlive a stack which the runtime's end is unwinding (the green threads of a
+/// `thread::scope` whose stack that is: they borrow from it). Does nothing to a task already
+/// ended. If the scheduler still lists the task (its shutdown has not taken the leftovers yet),
+/// it is taken off its table and ready queue, so the loop neither runs it nor waits for it.
 pub(crate) fn end_abandoned(task: &Task) {
+    let retired = in_runtime()
+        .then(|| with_scheduler("a runtime's end", |scheduler| scheduler.retire(task)))
+        .flatten();
     let coroutine = task.abandon();
-    // A stubborn one is reported by shutdown, which still holds the task.
+    // A stubborn one is reported by shutdown, which holds the task if it is not retired here.
     task.end_coroutine(coroutine, task.is_stubborn() || std::thread::panicking());
+    drop(retired);
+}
+
+impl Scheduler {
+    /// Takes `task` off the task table and the ready queue, if it is on them, for
+    /// `end_abandoned`; returns the references taken, for the caller to drop once the task is
+    /// ended.
+    fn retire(&self, task: &Task) -> Option<(Rc<Task>, Option<Rc<Task>>)> {
+        let listed = {
+            let mut tasks = self.tasks.try_borrow_mut().ok()?;
+            let is_listed = tasks
+                .get(task.key())
+                .is_some_and(|listed| std::ptr::eq(Rc::as_ptr(listed), task));
+            if !is_listed {
+                return None;
+            }
+            tasks.remove(task.slot)?
+        };
+        if task.is_stubborn() {
+            self.stubborn_tasks
+                .set(self.stubborn_tasks.get().saturating_sub(1));
+            report_abandoned(task);
+        }
+        Some((listed, self.ready.remove(task)))
+    }
+}
+
+/// Whether the runtime running on this thread is ending: its shutdown has begun (or is about
+/// to, on this worker).
+pub(crate) fn runtime_is_ending() -> bool {
+    in_runtime()
+        && with_scheduler("a runtime's end", |scheduler| {
+            scheduler.worker.pool.is_shutting_down()
+        })
 }
 
 /// Says on stderr that shutdown gave up on `task`, which kept catching its cancellation.

@@ -2,16 +2,23 @@
 //! [`ScopedJoinHandle`] and [`Builder::spawn_scoped`]. A green thread spawned in a scope may
 //! borrow from the caller of `scope`, because `scope` does not return before it has ended.
 //!
-//! Owns: a scope's record (`ScopeData`: its green threads still alive, the green thread in
-//! `scope` and where it waits, the panics nobody joined) and the wait at the end of a scope,
-//! which a cancellation, an elapsed `time::timeout` or a panic cannot cut short: any of them
-//! cancels the scope's green threads, and the wait goes on until they have ended.
+//! Owns: a scope's record (`ScopeData`: its green threads still alive, the green thread that
+//! waits at its end and the park it waits in, the panics nobody joined) and the wait at the end
+//! of a scope, which a cancellation, an elapsed `time::timeout` or a panic cannot cut short: any
+//! of them cancels the scope's green threads, and the wait goes on until they have ended.
+//!
+//! The waiter is whichever green thread runs the end of `scope`, not the one that entered it:
+//! inside a generator (a [`Coroutine`](crate::Coroutine)) the two differ when another green
+//! thread resumes it, and the one that entered may have ended. Only code that runs on no green
+//! thread at all (the runtime's end, force-unwinding what it could not end otherwise) ends the
+//! scope's green threads at once instead of waiting.
 //!
 //! May not: let `scope` return or unwind while a green thread spawned in it can still run
-//! (every way out goes through `ScopeData::wait_for_all`); switch while unwinding (the wait
-//! comes after the closure's unwind has been caught, and a scope entered during an unwind
-//! refuses spawns); reach into the scheduler beyond spawning, parking, waking, and the two
-//! hooks of a runtime's end (`end_abandoned`, `count_waiting_for_others`).
+//! (every way out goes through `ScopeData::wait_for_all`, or aborts); switch while unwinding
+//! (the wait comes after the closure's unwind has been caught, a scope entered during an unwind
+//! refuses spawns, and one unwound inside another unwind does not wait); reach into the
+//! scheduler beyond spawning, parking, waking, and the hooks of a runtime's end
+//! (`end_abandoned`, `count_waiting_for_others`, `runtime_is_ending`).
 
 use std::cell::{Cell, OnceCell, RefCell};
 use std::fmt;
@@ -47,9 +54,23 @@ type Payload = Box<dyn std::any::Any + Send + 'static>;
 /// have sent it. The wait itself cannot be cut short: a scope bounded by a timeout returns
 /// `Err(Elapsed)` only after its green threads have unwound.
 ///
+/// Inside a generator ([`Coroutine`](crate::Coroutine)) or a greenlet, the green thread that
+/// waits at the end of the scope is the one running it then: a generator suspended in `f` and
+/// resumed, or dropped, by another green thread makes that one wait (the one that entered the
+/// scope may have ended).
+///
 /// # Panics
 /// Outside a runtime (or on the scheduler rather than a green thread); with `f`'s own panic;
 /// and with "a scoped thread panicked", as described above.
+///
+/// # Aborts
+/// If the scope's stack is unwound while green threads of the scope still run and the green
+/// thread running the scope is itself unwinding (a generator or greenlet suspended inside `f`,
+/// dropped during a panic or a cancellation): the scope could neither wait for them (a green
+/// thread does not switch while it unwinds) nor let them outlive what they borrow. Once the
+/// runtime is ending (its shutdown cancelled that green thread), the scope's green threads are
+/// stopped where they stand instead, never to run again (their stacks leaked, their destructors
+/// not run, and a line on stderr says so), and `run` returns.
 ///
 /// # Examples
 ///
@@ -89,15 +110,15 @@ pub fn scope<'env, F, T>(f: F) -> T
 where
     F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> T,
 {
-    let owner = with_scheduler("greenweave::thread::scope", |scheduler| {
-        scheduler.current_task()
+    // Only on a green thread (this panics elsewhere, saying so): the end of the scope waits.
+    with_scheduler("greenweave::thread::scope", |scheduler| {
+        scheduler.current_task_key()
     });
     let scope = Scope {
         data: Rc::new(ScopeData {
-            owner,
             children: RefCell::new(Children::default()),
             unjoined_panics: Cell::new(0),
-            owner_park: Cell::new(None),
+            waiter: RefCell::new(None),
             state: Cell::new(ScopeState::Open),
             entered_while_unwinding: std::thread::panicking(),
             counted_waiting: Cell::new(false),
@@ -110,8 +131,8 @@ where
     let interruption = scope.data.wait_for_all(result.is_err());
     match (result, interruption) {
         // The wait was interrupted: after the closure returned, by a cancellation or an elapsed
-        // timeout; or, whatever the closure did, by the runtime ending, whose unwind must reach
-        // the coroutine's root. That unwind goes on.
+        // timeout; or, whatever the closure did, by the runtime ending, whose unwind of the
+        // stack the wait parked on must reach that stack's root. That unwind goes on.
         (result, Some(payload)) => {
             drop(result);
             panic::resume_unwind(payload)
@@ -246,7 +267,7 @@ impl Builder {
         }
         if data.state.get() == ScopeState::Abandoned {
             return Err(io::Error::other(
-                "the runtime is ending: the green thread in this thread::scope is being unwound \
+                "the runtime is ending: the stack this thread::scope is on is being unwound \
                  and no green thread can be spawned in its scope any more",
             ));
         }
@@ -283,7 +304,7 @@ impl Builder {
             // which takes the task off the scope's list; `scope` cannot leave before that list
             // is empty (`ScopeData::wait_for_all`: its wait cannot be cut short, and a
             // cancellation, an elapsed timeout or a panic only cancel the green threads
-            // first). When the runtime ends without the green thread in `scope`
+            // first). When the runtime force-unwinds the stack `scope` is on
             // (`ScopeData::end_now`), the tasks still on the list are ended first: unwound,
             // which drops the body, or leaked, never to be resumed. The result, which may
             // borrow for `'scope` too, is either dropped in `put` (no handle left) or owned
@@ -387,45 +408,49 @@ impl<T> fmt::Debug for ScopedJoinHandle<'_, T> {
 enum ScopeState {
     /// Its closure runs, or has returned and `scope` waits for its green threads.
     Open,
-    /// Its closure unwound, or the green thread in `scope` was cancelled or timed out while
-    /// waiting: the green threads have been cancelled, and new ones are cancelled at spawn.
+    /// Its closure unwound, or the green thread waiting at its end was cancelled or timed out
+    /// there: the green threads have been cancelled, and new ones are cancelled at spawn.
     Cancelling,
-    /// The runtime is ending without the green thread in `scope` (it is being force-unwound):
-    /// its green threads are ended at once, and no new one can be spawned.
+    /// The runtime is ending and force-unwinds the stack `scope` is on, with no green thread to
+    /// wait in it: its green threads are ended at once, and no new one can be spawned.
     Abandoned,
 }
 
 /// The record of one [`scope`], shared by its `Scope`, its green threads (through
 /// `ChildEnded`) and their handles.
 pub(super) struct ScopeData {
-    /// The green thread in `scope`.
-    owner: Rc<Task>,
     children: RefCell<Children>,
     /// Green threads of the scope that panicked and whose panic no `join` has taken.
     unjoined_panics: Cell<usize>,
-    /// The park in which the owner waits for the last green thread to end, if it does.
-    owner_park: Cell<Option<u64>>,
+    /// The green thread that waits at the end of the scope for the last of its green threads,
+    /// and the park it waits in, while it does. Registered at each park of the wait: the green
+    /// thread that runs the end of `scope`, which is not the one that entered it when a
+    /// generator holding the scope was handed to another green thread.
+    waiter: RefCell<Option<(Rc<Task>, u64)>>,
     state: Cell<ScopeState>,
     /// `scope` was called while its green thread was unwinding: it could not wait.
     entered_while_unwinding: bool,
-    /// The owner is counted by the scheduler as waiting for others (see `wait_for_all`).
+    /// The waiter is counted by the scheduler as waiting for others (see `wait_for_all`).
     counted_waiting: Cell<bool>,
 }
 
 impl ScopeData {
-    /// Waits until every green thread of the scope has ended, and returns the payload of the
-    /// unwind that interrupted the wait, if one did (a cancellation, an elapsed timeout, the
-    /// runtime ending), for the caller to resume once the wait is over. With `interrupted`
-    /// (the closure unwound) or after an interruption, the green threads still alive are
-    /// cancelled first, and the wait goes on whatever else happens.
+    /// Waits, in the green thread running this code, until every green thread of the scope has
+    /// ended, and returns the payload of the unwind that interrupted the wait, if one did (a
+    /// cancellation, an elapsed timeout, the runtime ending), for the caller to resume once the
+    /// wait is over. With `interrupted` (the closure unwound) or after an interruption, the
+    /// green threads still alive are cancelled first, and the wait goes on whatever else
+    /// happens.
     fn wait_for_all(&self, mut interrupted: bool) -> Option<Payload> {
         const WHAT: &str = "greenweave::thread::scope";
         let mut payload = None;
         loop {
-            if self.owner.state.get() == TaskState::Finished {
-                // The runtime is ending without the owner, unwinding its stack: nothing will
-                // run the green threads again, so they are ended here, before the frames they
-                // borrow from go.
+            if !scheduler::in_green_thread() {
+                // No green thread runs this code, so none can wait in it: the runtime is
+                // ending (its shutdown force-unwinds a green thread's stack, or a generator's
+                // or greenlet's dropped with it) or has ended (a generator dropped after
+                // `run`). Nothing will run the green threads again, so they are ended here,
+                // before the frames they borrow from go.
                 self.end_now();
                 break;
             }
@@ -433,13 +458,29 @@ impl ScopeData {
             if running == 0 {
                 break;
             }
+            if std::thread::panicking() {
+                // The scope's own unwind (its closure's stack force-unwound) runs inside another
+                // that is still going on: a generator or greenlet suspended in the closure,
+                // dropped during a panic or a cancellation of the green thread running it.
+                // Waiting would switch. At the runtime's end (its shutdown cancelled that green
+                // thread) the green threads are stopped where they stand, never to run again;
+                // otherwise nothing can keep them from outliving the frames they borrow.
+                if !scheduler::runtime_is_ending() {
+                    cannot_wait_while_unwinding(running);
+                }
+                report_stopped_at_the_end(running);
+                self.end_now();
+                break;
+            }
             if interrupted && self.state.get() == ScopeState::Open {
                 self.cancel_children();
             }
-            let register = |_: &Rc<Task>, park| self.owner_park.set(Some(park));
+            let register = |task: &Rc<Task>, park| {
+                *self.waiter.borrow_mut() = Some((task.clone(), park));
+            };
             let park = panic::catch_unwind(AssertUnwindSafe(|| {
                 if interrupted {
-                    if self.owner.cancel_requested() && !self.counted_waiting.replace(true) {
+                    if scheduler::cancel_requested() && !self.counted_waiting.replace(true) {
                         with_scheduler(WHAT, |scheduler| scheduler.count_waiting_for_others(true));
                     }
                     // Already interrupted: the green threads must still end before the frames
@@ -451,14 +492,16 @@ impl ScopeData {
                 }
             }));
             if let Err(unwind) = park {
-                // A cancellation or an elapsed timeout (or, when the runtime ends, the unwind
-                // of the owner's stack, which wins over an earlier one so that it reaches the
-                // coroutine's root): kept, and resumed once the wait is over.
+                // A cancellation or an elapsed timeout (or, when the runtime ends, the unwind of
+                // the stack this wait parked on, which wins over an earlier one so that it
+                // reaches that stack's root; the next turn of the loop finds no green thread
+                // running and ends the scope's green threads): kept, and resumed once the wait
+                // is over.
                 payload = Some(unwind);
                 interrupted = true;
             }
         }
-        self.owner_park.set(None);
+        drop(self.waiter.take());
         self.uncount_waiting();
         payload
     }
@@ -482,10 +525,11 @@ impl ScopeData {
         }
     }
 
-    /// Ends every green thread of the scope still alive, now: for an owner that the ending
-    /// runtime is force-unwinding, whose green threads the scheduler will not run again. Each
-    /// is unwound (its destructors run, while the owner's frames are still whole) or, if it
-    /// keeps catching its cancellation, leaked and never resumed (`scheduler::end_abandoned`).
+    /// Ends every green thread of the scope still alive, now: for a scope whose stack the ending
+    /// runtime force-unwinds, whose green threads the scheduler will not run again. Each is
+    /// unwound (its destructors run, while the frames of `scope`'s caller are still whole) or,
+    /// if it keeps catching its cancellation, leaked and never resumed
+    /// (`scheduler::end_abandoned`).
     fn end_now(&self) {
         self.state.set(ScopeState::Abandoned);
         let children = self.children.borrow().alive();
@@ -494,7 +538,7 @@ impl ScopeData {
         }
     }
 
-    /// Takes back the owner's count as a green thread waiting for others, if it was counted.
+    /// Takes back the waiter's count as a green thread waiting for others, if it was counted.
     fn uncount_waiting(&self) {
         if self.counted_waiting.replace(false) && scheduler::in_runtime() {
             with_scheduler("greenweave::thread::scope", |scheduler| {
@@ -502,6 +546,40 @@ impl ScopeData {
             });
         }
     }
+}
+
+/// Aborts for a scope that must wait for `running` green threads while the green thread that
+/// would wait is unwinding: it may not switch (std's panic state is per OS thread), and the
+/// green threads may not outlive the frames they borrow, which the unwind is about to free. A
+/// panic would be caught by the scope itself (or unwind those frames), so this cannot be one.
+#[cold]
+#[inline(never)]
+fn cannot_wait_while_unwinding(running: usize) -> ! {
+    eprintln!(
+        "fatal runtime error: greenweave: a thread::scope with {running} green thread(s) still \
+         running was unwound while the green thread running it was itself unwinding (a \
+         generator or greenlet suspended inside the scope's closure, dropped during a panic or a \
+         cancellation): the scope can neither wait for them (a green thread does not switch \
+         while it unwinds) nor let them outlive the frames they borrow; aborting. Finish or drop \
+         such a generator or greenlet before the unwind starts."
+    );
+    std::process::abort()
+}
+
+/// Says on stderr that the runtime's end stopped `running` green threads of a scope where they
+/// stood (`wait_for_all`, the scope unwound inside its green thread's own unwind): their
+/// destructors do not run.
+#[cold]
+fn report_stopped_at_the_end(running: usize) {
+    eprintln!(
+        "greenweave: the runtime is ending, and a thread::scope with {running} green thread(s) \
+         still running was unwound while the green thread running it was itself unwinding (a \
+         generator or greenlet suspended inside the scope's closure, dropped by its green \
+         thread's cancellation): the scope could not wait for them (a green thread does not \
+         switch while it unwinds), so they were stopped where they stood and their stacks \
+         leaked, their destructors not run. Finish or drop such a generator or greenlet before \
+         the runtime ends."
+    );
 }
 
 /// The green threads of a scope still alive, in a slab: a green thread takes its own entry out
@@ -551,7 +629,7 @@ struct Child<F> {
 
 /// Tells the scope, when dropped, that one of its green threads has ended: dropped as the last
 /// act of its body (or with its unrun body), after everything that borrows from outside the
-/// scope is gone. Wakes the owner if it waits for the last one.
+/// scope is gone. Wakes the waiter if it waits for the last one.
 ///
 /// Also dropped, with its `Child`, when a spawn fails between `reserve` and the spawn (the
 /// stack is mapped before the reservation, so only a panic in between could).
@@ -573,10 +651,11 @@ impl Drop for ChildEnded {
             return;
         }
         self.data.uncount_waiting();
-        if let Some(park) = self.data.owner_park.take()
+        let waiter = self.data.waiter.take();
+        if let Some((task, park)) = waiter
             && scheduler::in_runtime()
         {
-            scheduler::notify(self.data.owner.clone(), park);
+            scheduler::notify(task, park);
         }
     }
 }
