@@ -11,6 +11,7 @@
 //! [`crate::thread`], sockets in [`crate::net`].
 
 pub(crate) mod budget;
+pub(crate) mod dump;
 pub(crate) mod locals;
 pub mod offload;
 mod panic_report;
@@ -26,6 +27,8 @@ use std::io;
 use std::time::Duration;
 
 use crate::stack::Stack;
+
+pub use dump::{Dump, Frame, GreenThread, GreenThreadState, dump, dump_without_backtraces};
 
 /// Runs `main` as the first green thread of a new runtime on the current OS thread and
 /// returns its value.
@@ -132,6 +135,7 @@ pub struct Runtime {
     max_blocking_threads: usize,
     workers: usize,
     pins: Option<Vec<usize>>,
+    dump_signal: Option<i32>,
 }
 
 /// The main green thread's stack size unless configured: std's main thread gets 8 MiB.
@@ -147,6 +151,7 @@ impl Runtime {
             max_blocking_threads: offload::DEFAULT_MAX_BLOCKING_THREADS,
             workers: 1,
             pins: None,
+            dump_signal: None,
         }
     }
 
@@ -160,6 +165,7 @@ impl Runtime {
             max_blocking_threads: offload::DEFAULT_MAX_BLOCKING_THREADS,
             workers: 1,
             pins: None,
+            dump_signal: None,
         }
     }
 
@@ -335,6 +341,7 @@ pub struct Builder {
     max_blocking_threads: usize,
     workers: usize,
     pins: Option<Vec<usize>>,
+    dump_signal: Option<i32>,
 }
 
 impl Builder {
@@ -529,6 +536,35 @@ impl Builder {
         self
     }
 
+    /// Writes a [`Dump`] of every green thread to stderr each time the process receives
+    /// `signal` (say `libc::SIGQUIT`, as Go does, or `SIGUSR1`), while the runtime runs; the
+    /// program goes on. The handler only writes a byte to a pipe; a watcher thread
+    /// (`greenweave-dump`) takes the dump and writes it, with backtraces, so nothing
+    /// async-signal-unsafe runs in the handler. The handler replaces the signal's default
+    /// action (for `SIGQUIT`: a core dump) for the rest of the process. Off by default.
+    ///
+    /// # Errors
+    /// [`build`](Builder::build) returns [`io::ErrorKind::InvalidInput`] for a signal that
+    /// cannot be caught or that reports a crash (`SIGKILL`, `SIGSTOP`, `SIGSEGV`, `SIGBUS`,
+    /// `SIGILL`, `SIGFPE`, `SIGABRT`) or is not a signal number.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use greenweave::Runtime;
+    ///
+    /// let runtime = Runtime::builder().dump_on_signal(libc::SIGUSR2).build()?;
+    /// runtime.run(|| {
+    ///     // `kill -USR2 <pid>` now prints every green thread to stderr.
+    /// });
+    /// assert!(Runtime::builder().dump_on_signal(libc::SIGKILL).build().is_err());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn dump_on_signal(mut self, signal: i32) -> Builder {
+        self.dump_signal = Some(signal);
+        self
+    }
+
     /// Checks the settings, mapping one stack of each configured size to be sure one can be
     /// (so that [`Runtime::run`] does not fail for a size this could have refused).
     ///
@@ -572,6 +608,9 @@ impl Builder {
         if let Some(cpus) = &self.pins {
             workers::check_pinning(self.workers, cpus)?;
         }
+        if let Some(signal) = self.dump_signal {
+            dump::check_signal(signal)?;
+        }
         Ok(Runtime {
             stack_size: probe.size(),
             main_stack_size: main_probe.size(),
@@ -579,6 +618,7 @@ impl Builder {
             max_blocking_threads: self.max_blocking_threads,
             workers: self.workers,
             pins: self.pins,
+            dump_signal: self.dump_signal,
         })
     }
 }

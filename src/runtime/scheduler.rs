@@ -126,6 +126,9 @@ pub(crate) struct Scheduler {
     pub(crate) blocking_pool: super::offload::PoolHandle,
     /// The stall report's side of the runtime, while it is on (see `runtime::stall`).
     stall: Option<StallWatch>,
+    /// A coarse clock: the time of the last poll (at most `RUNS_BETWEEN_POLLS` runs ago),
+    /// which a park records as its start for `runtime::dump` without reading the clock.
+    coarse_now: Cell<Instant>,
 }
 
 /// The runnable tasks, in FIFO order.
@@ -481,6 +484,7 @@ impl Scheduler {
             default_stack_size,
             blocking_pool: super::offload::PoolHandle::new(max_blocking_threads),
             stall,
+            coarse_now: Cell::new(Instant::now()),
         }))
     }
 
@@ -513,6 +517,10 @@ impl Scheduler {
         self.next_id.set(id + self.id_step);
         let slot = self.tasks.borrow_mut().reserve();
         let task = self.new_task(id, slot, name);
+        let parent = self.current.get();
+        // SAFETY: a non-null `current` is the running task, held by `run_task`.
+        task.parent
+            .set(if parent.is_null() { 0 } else { unsafe { (*parent).id } });
         let this: *const Task = Rc::as_ptr(&task);
         let coroutine = TaskCoroutine::with_stack(stack, move |yielder, _first_wake| {
             // SAFETY: the coroutine lives in this task and runs only while the task is alive:
@@ -715,6 +723,7 @@ impl Scheduler {
     /// before it yields (`budget`), so that what it kept waiting runs before it does again.
     pub(crate) fn poll_without_blocking(&self) {
         self.runs_since_poll.set(0);
+        self.coarse_now.set(Instant::now());
         // Only what could have something to say: the clock when a timer is set, epoll when an
         // fd is registered or another thread may wake us. A pure compute-and-yield program
         // makes no system call here.
@@ -777,6 +786,9 @@ impl Scheduler {
         }
         task.waiting
             .set(Some((request.wait, request.deadline.is_some())));
+        // For `runtime::dump`: plain stores of what is at hand, no clock read.
+        task.parked_since.set(Some(self.coarse_now.get()));
+        task.parked_until.set(request.deadline);
     }
 
     fn finish(&self, task: Rc<Task>) {
@@ -837,6 +849,7 @@ impl Scheduler {
             .reactor
             .poll(timeout, |task, park| woken.push((task, park)))
             .unwrap_or_else(|error| panic!("greenweave: epoll_wait failed: {error}"));
+        self.coarse_now.set(Instant::now());
         for (task, park) in woken {
             self.unpark(task, park, Wake::Notified);
         }
@@ -887,6 +900,13 @@ impl Scheduler {
                     Some((wait, has_deadline)) => wait.can_end_by_itself(has_deadline),
                     None => task.state.get() != TaskState::Parked,
                 })
+    }
+
+    /// Every unfinished task of this worker, in id order: what `runtime::dump` reads.
+    pub(crate) fn tasks_for_dump(&self) -> Vec<Rc<Task>> {
+        let mut tasks: Vec<Rc<Task>> = self.tasks.borrow().iter().cloned().collect();
+        tasks.sort_unstable_by_key(|task| task.id);
+        tasks
     }
 
     /// The deadlock report's lines for this worker's green threads (the header is the

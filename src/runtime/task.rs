@@ -63,6 +63,14 @@ pub(crate) enum Wait {
     /// parking_lot lock, condvar, `Once`, channel or `thread::park`): any OS thread may wake it.
     #[cfg_attr(not(feature = "hooks"), allow(dead_code))]
     Futex(usize),
+    /// A green lock (`sync::Mutex`, the write side of `sync::RwLock`) named `what`, whose
+    /// holder's id (0: nobody yet, or readers) is kept in the cell at `holder`: the lock's own,
+    /// which lives at least as long as this park (the parked green thread borrows the lock).
+    /// Read only on the lock's worker, by `runtime::dump`.
+    Lock {
+        what: &'static str,
+        holder: *const Cell<u64>,
+    },
 }
 
 /// What a parked `select` waits for, in one `Copy` word or two for the deadlock report: how
@@ -165,6 +173,7 @@ impl fmt::Display for Wait {
                 "waiting on the futex at {address:#x} (a std or parking_lot lock, condvar, \
                  channel or thread::park), which any OS thread may wake"
             ),
+            Wait::Lock { what, .. } => write!(f, "waiting on {what}"),
         }
     }
 }
@@ -245,6 +254,13 @@ pub(crate) struct Task {
     pub(crate) greenlets: World,
     /// Its green-thread-local values (`runtime::locals`): one pointer, null until first used.
     pub(crate) locals: TableHome,
+    /// When its current park began, to the scheduler's coarse clock (`runtime::dump`); set
+    /// with `waiting`, meaningful only while that is `Some`.
+    pub(crate) parked_since: Cell<Option<Instant>>,
+    /// The deadline of its current park, if any (for `runtime::dump`); as `parked_since`.
+    pub(crate) parked_until: Cell<Option<Instant>>,
+    /// The id of the green thread that spawned it (0: none, spawned by the runtime itself).
+    pub(crate) parent: Cell<u64>,
 }
 
 impl Task {
@@ -268,6 +284,9 @@ impl Task {
             result: ResultSlot::new(),
             greenlets: World::new(),
             locals: TableHome::new(),
+            parked_since: Cell::new(None),
+            parked_until: Cell::new(None),
+            parent: Cell::new(0),
         }
     }
 

@@ -106,6 +106,18 @@ impl<K: Copy> GrantQueue<K> {
         deadline: Option<Instant>,
         leave: impl Fn(bool),
     ) -> bool {
+        self.wait_as(what, Wait::Sync(what), kind, deadline, leave)
+    }
+
+    /// [`GrantQueue::wait`], recording the park as `wait` (a lock says who holds it).
+    pub(crate) fn wait_as(
+        &self,
+        what: &'static str,
+        wait: Wait,
+        kind: K,
+        deadline: Option<Instant>,
+        leave: impl Fn(bool),
+    ) -> bool {
         let task = with_scheduler(what, |scheduler| scheduler.current_task());
         let identity = Identity {
             slot: 0,
@@ -125,7 +137,7 @@ impl<K: Copy> GrantQueue<K> {
             leave: &leave,
         };
         loop {
-            let wake = scheduler::park(what, Wait::Sync(what), deadline, None, |_, park| {
+            let wake = scheduler::park(what, wait, deadline, None, |_, park| {
                 if let Some(waiter) = self.waiting(identity).as_deref_mut() {
                     waiter.park = park;
                 }

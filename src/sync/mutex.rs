@@ -12,6 +12,7 @@ use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
 
 use super::grant_queue::GrantQueue;
+use crate::runtime::task::Wait;
 use crate::runtime::budget;
 
 /// A lock protecting a `T`, for green threads: [`lock`](Mutex::lock) parks the calling green
@@ -73,6 +74,9 @@ use crate::runtime::budget;
 /// ```
 pub struct Mutex<T: ?Sized> {
     locked: Cell<bool>,
+    /// The id of the green thread holding the lock (0: none, or handed to a waiter that has
+    /// not run yet), for `runtime::dump`'s wait-for edges.
+    holder: Cell<u64>,
     poisoned: Cell<bool>,
     waiters: GrantQueue<()>,
     data: UnsafeCell<T>,
@@ -97,6 +101,7 @@ impl<T> Mutex<T> {
     pub const fn new(value: T) -> Mutex<T> {
         Mutex {
             locked: Cell::new(false),
+            holder: Cell::new(0),
             poisoned: Cell::new(false),
             waiters: GrantQueue::new(),
             data: UnsafeCell::new(value),
@@ -165,7 +170,11 @@ impl<T: ?Sized> Mutex<T> {
         if !self.locked.get() {
             self.locked.set(true);
         } else {
-            self.waiters.wait("Mutex::lock", (), None, |granted| {
+            let wait = Wait::Lock {
+                what: "Mutex::lock",
+                holder: &self.holder,
+            };
+            self.waiters.wait_as("Mutex::lock", wait, (), None, |granted| {
                 if granted {
                     self.unlock();
                 }
@@ -275,6 +284,7 @@ impl<T: ?Sized> Mutex<T> {
 
     /// A guard for the lock this green thread has just acquired.
     fn guard(&self) -> LockResult<MutexGuard<'_, T>> {
+        self.holder.set(crate::runtime::dump::running_id());
         let guard = MutexGuard {
             mutex: self,
             panicking: std::thread::panicking(),
@@ -289,6 +299,7 @@ impl<T: ?Sized> Mutex<T> {
     /// Releases the lock: to the first waiter if there is one (the mutex stays locked, now on
     /// its behalf), otherwise for anyone.
     fn unlock(&self) {
+        self.holder.set(0);
         if self.waiters.grant_front().is_none() {
             self.locked.set(false);
         }

@@ -13,6 +13,7 @@ use std::ptr::NonNull;
 use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
 
 use super::grant_queue::GrantQueue;
+use crate::runtime::task::Wait;
 use crate::runtime::budget;
 
 /// What a waiter asks for.
@@ -64,6 +65,9 @@ enum Access {
 pub struct RwLock<T: ?Sized> {
     readers: Cell<usize>,
     writer: Cell<bool>,
+    /// The id of the green thread holding the write lock (0: none, readers, or handed to a
+    /// waiter that has not run yet), for `runtime::dump`'s wait-for edges.
+    writer_id: Cell<u64>,
     poisoned: Cell<bool>,
     waiters: GrantQueue<Access>,
     data: UnsafeCell<T>,
@@ -89,6 +93,7 @@ impl<T> RwLock<T> {
         RwLock {
             readers: Cell::new(0),
             writer: Cell::new(false),
+            writer_id: Cell::new(0),
             poisoned: Cell::new(false),
             waiters: GrantQueue::new(),
             data: UnsafeCell::new(value),
@@ -151,8 +156,12 @@ impl<T: ?Sized> RwLock<T> {
         if !self.writer.get() && self.waiters.is_empty() {
             self.readers.set(self.readers.get() + 1);
         } else {
+            let wait = Wait::Lock {
+                what: "RwLock::read",
+                holder: &self.writer_id,
+            };
             self.waiters
-                .wait("RwLock::read", Access::Read, None, |granted| {
+                .wait_as("RwLock::read", wait, Access::Read, None, |granted| {
                     if granted {
                         self.read_unlock();
                     } else {
@@ -198,8 +207,12 @@ impl<T: ?Sized> RwLock<T> {
         if !self.writer.get() && self.readers.get() == 0 && self.waiters.is_empty() {
             self.writer.set(true);
         } else {
+            let wait = Wait::Lock {
+                what: "RwLock::write",
+                holder: &self.writer_id,
+            };
             self.waiters
-                .wait("RwLock::write", Access::Write, None, |granted| {
+                .wait_as("RwLock::write", wait, Access::Write, None, |granted| {
                     if granted {
                         self.write_unlock();
                     } else {
@@ -327,6 +340,7 @@ impl<T: ?Sized> RwLock<T> {
     }
 
     fn write_guard(&self) -> LockResult<RwLockWriteGuard<'_, T>> {
+        self.writer_id.set(crate::runtime::dump::running_id());
         let guard = RwLockWriteGuard {
             lock: self,
             panicking: std::thread::panicking(),
@@ -345,6 +359,7 @@ impl<T: ?Sized> RwLock<T> {
 
     fn write_unlock(&self) {
         self.writer.set(false);
+        self.writer_id.set(0);
         self.dispatch();
     }
 
