@@ -893,7 +893,7 @@ impl fmt::Display for Dump {
                 cycle[0]
             )?;
         }
-        Ok(())
+        write!(f, "\nend of greenweave dump")
     }
 }
 
