@@ -169,7 +169,13 @@ fn collect_answers(answers: mpsc::Receiver<Answer>, expected: usize) -> Dump {
         }
     }
     let unanswered = (0..expected).filter(|&i| parts[i].is_none()).collect();
-    let mut threads: Vec<GreenThread> = parts.into_iter().flatten().flatten().collect();
+    let mut parts = parts.into_iter().flatten();
+    // The first part is kept, the others moved into it (one worker: no copy at all).
+    let mut threads = parts.next().unwrap_or_default();
+    for part in parts {
+        threads.extend(part);
+    }
+    // Slots are reused, so a worker's part is only nearly in id order.
     threads.sort_unstable_by_key(|thread| thread.id);
     let cycles = find_cycles(&threads);
     Dump {
@@ -186,12 +192,17 @@ fn collect_answers(answers: mpsc::Receiver<Answer>, expected: usize) -> Dump {
 fn worker_part(scheduler: &Scheduler, backtraces: bool) -> Vec<GreenThread> {
     let now = Instant::now();
     let worker = scheduler.worker.index;
-    scheduler
-        .tasks_for_dump()
-        .iter()
-        .filter(|task| task.state.get() != TaskState::Finished)
-        .map(|task| describe(task, worker, now, backtraces))
-        .collect()
+    let mut part = Vec::new();
+    scheduler.for_each_task(
+        &mut part,
+        |part, count| part.reserve_exact(count),
+        |part, task| {
+            if task.state.get() != TaskState::Finished {
+                part.push(describe(task, worker, now, backtraces));
+            }
+        },
+    );
+    part
 }
 
 fn describe(task: &Task, worker: usize, now: Instant, backtraces: bool) -> GreenThread {

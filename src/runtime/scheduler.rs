@@ -902,11 +902,19 @@ impl Scheduler {
                 })
     }
 
-    /// Every unfinished task of this worker, in id order: what `runtime::dump` reads.
-    pub(crate) fn tasks_for_dump(&self) -> Vec<Rc<Task>> {
-        let mut tasks: Vec<Rc<Task>> = self.tasks.borrow().iter().cloned().collect();
-        tasks.sort_unstable_by_key(|task| task.id);
-        tasks
+    /// Calls `each` with every unfinished task of this worker (in slot order), after `count`
+    /// with how many there are: what `runtime::dump` reads. Neither may spawn or end a task.
+    pub(crate) fn for_each_task<S>(
+        &self,
+        state: &mut S,
+        count: impl FnOnce(&mut S, usize),
+        mut each: impl FnMut(&mut S, &Task),
+    ) {
+        let tasks = self.tasks.borrow();
+        count(state, tasks.len());
+        for task in tasks.iter() {
+            each(state, task);
+        }
     }
 
     /// The deadlock report's lines for this worker's green threads (the header is the
