@@ -104,7 +104,10 @@ fn report(
     render: bool,
 ) {
     let held = resident_bytes();
-    assert!(dump.green_threads().len() > count, "every green thread is listed");
+    assert!(
+        dump.green_threads().len() > count,
+        "every green thread is listed"
+    );
     let added = held.saturating_sub(before);
     if !render {
         println!(

@@ -212,7 +212,10 @@ fn a_dump_names_each_kind_of_wait_and_a_frame_of_each_green_threads_own_code() {
         assert_eq!(find(&dump, "sleep").parent(), Some(me));
         // The dumping green thread itself is parked, in its own code too.
         let dumper = dump.green_threads().iter().find(|t| t.id() == me).unwrap();
-        assert!(has_frame(dumper, "a_dump_names_each_kind_of_wait"), "{dump}");
+        assert!(
+            has_frame(dumper, "a_dump_names_each_kind_of_wait"),
+            "{dump}"
+        );
 
         let text = dump.to_string();
         for kind in ["sleeping", "joining green thread", "held by green thread"] {
@@ -298,19 +301,26 @@ fn a_lock_cycle_is_reported_as_a_deadlock_while_the_rest_of_the_program_runs() {
         named("bystander", move || parks_in_lock_unit(third));
         thread::sleep(Duration::from_millis(30));
         let dump = greenweave::runtime::dump();
-        let (one_id, two_id) = (
-            one.thread().id().as_u64(),
-            two.thread().id().as_u64(),
+        let (one_id, two_id) = (one.thread().id().as_u64(), two.thread().id().as_u64());
+        assert_eq!(
+            dump.cycles(),
+            [vec![one_id.min(two_id), one_id.max(two_id)]]
         );
-        assert_eq!(dump.cycles(), [vec![one_id.min(two_id), one_id.max(two_id)]]);
         assert_eq!(find(&dump, "one").waits_for(), Some(two_id));
         assert_eq!(find(&dump, "two").waits_for(), Some(one_id));
         let bystander = find(&dump, "bystander").id();
         assert_eq!(dump.wait_chain(bystander), [one_id, two_id, one_id]);
-        assert!(has_frame(find(&dump, "one"), "parks_in_lock_unit"), "{dump}");
+        assert!(
+            has_frame(find(&dump, "one"), "parks_in_lock_unit"),
+            "{dump}"
+        );
         let text = dump.to_string();
         assert!(
-            text.contains(&format!("deadlock: green threads {} -> {}", one_id.min(two_id), one_id.max(two_id))),
+            text.contains(&format!(
+                "deadlock: green threads {} -> {}",
+                one_id.min(two_id),
+                one_id.max(two_id)
+            )),
             "{text}"
         );
         assert!(dump.to_json().contains(&format!(
@@ -409,7 +419,8 @@ fn a_dump_on_a_signal_in_a_child_leaves_it_running_and_exiting_normally() {
                     saved
                 };
                 // SAFETY: the read end is ours, owned by the File from here on.
-                let mut pipe = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[0]) };
+                let mut pipe =
+                    unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[0]) };
                 let captured = greenweave::unblock(move || {
                     let mut text = String::new();
                     let mut buffer = [0u8; 4096];

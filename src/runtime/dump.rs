@@ -110,7 +110,10 @@ fn dump_from_green_thread(backtraces: bool) -> Dump {
         );
     }
     let (pool, me) = scheduler::with_scheduler(WHAT, |scheduler| {
-        (scheduler.worker.pool.clone(), scheduler.current_task_key().id)
+        (
+            scheduler.worker.pool.clone(),
+            scheduler.current_task_key().id,
+        )
     });
     let (answers, expected) = ask_workers(&pool, backtraces);
     let mut dump = crate::unblock(move || collect_answers(answers, expected));
@@ -256,13 +259,7 @@ fn walk_suspended(task: &Task) -> Option<Backtrace> {
     // worker, on the scheduler, where no green thread runs until the job returns, and the
     // borrow of the coroutine keeps it from being resumed or dropped meanwhile. `capture` does
     // not unwind (an `extern "C"` function aborts instead), and writes only `captured`.
-    unsafe {
-        crate::arch::probe_suspended(
-            frame,
-            capture,
-            (&raw mut captured).cast::<u8>(),
-        )
-    };
+    unsafe { crate::arch::probe_suspended(frame, capture, (&raw mut captured).cast::<u8>()) };
     captured
 }
 
@@ -453,7 +450,10 @@ fn parse_backtrace(backtrace: &Backtrace) -> Vec<Frame> {
 #[derive(Clone, Copy, Debug)]
 enum WaitRecord {
     Sleep,
-    Io { fd: RawFd, interest: Interest },
+    Io {
+        fd: RawFd,
+        interest: Interest,
+    },
     Join(u64),
     Remote(&'static str),
     Sync(&'static str),
@@ -689,14 +689,20 @@ impl Dump {
     /// ```
     pub fn to_json(&self) -> String {
         let mut out = String::with_capacity(256 + self.threads.len() * 160);
-        let _ = write!(out, "{{\"workers\":{},\"unanswered_workers\":[", self.workers);
+        let _ = write!(
+            out,
+            "{{\"workers\":{},\"unanswered_workers\":[",
+            self.workers
+        );
         join(&mut out, &self.unanswered, |out, worker| {
             let _ = write!(out, "{worker}");
         });
         out.push_str("],\"taken_by\":");
         json_option(&mut out, self.taken_by);
         out.push_str(",\"green_threads\":[");
-        join(&mut out, &self.threads, |out, thread| thread.write_json(out));
+        join(&mut out, &self.threads, |out, thread| {
+            thread.write_json(out)
+        });
         out.push_str("],\"cycles\":[");
         join(&mut out, &self.cycles, |out, cycle| {
             out.push('[');

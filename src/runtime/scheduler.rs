@@ -519,8 +519,11 @@ impl Scheduler {
         let task = self.new_task(id, slot, name);
         let parent = self.current.get();
         // SAFETY: a non-null `current` is the running task, held by `run_task`.
-        task.parent
-            .set(if parent.is_null() { 0 } else { unsafe { (*parent).id } });
+        task.parent.set(if parent.is_null() {
+            0
+        } else {
+            unsafe { (*parent).id }
+        });
         let this: *const Task = Rc::as_ptr(&task);
         let coroutine = TaskCoroutine::with_stack(stack, move |yielder, _first_wake| {
             // SAFETY: the coroutine lives in this task and runs only while the task is alive:

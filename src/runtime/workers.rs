@@ -366,9 +366,8 @@ fn on_workers<R>(
         pool.state().closures_running = settings.workers;
     }
     if let Some(signal) = settings.dump_signal {
-        super::dump::dump_on_signal(signal, &pool).unwrap_or_else(|error| {
-            panic!("greenweave: could not start a runtime: {error}")
-        });
+        super::dump::dump_on_signal(signal, &pool)
+            .unwrap_or_else(|error| panic!("greenweave: could not start a runtime: {error}"));
     }
     std::thread::scope(|scope| {
         let _shutdown = ShutdownOnExit(&pool);

@@ -12,8 +12,8 @@ use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
 
 use super::grant_queue::GrantQueue;
-use crate::runtime::task::Wait;
 use crate::runtime::budget;
+use crate::runtime::task::Wait;
 
 /// A lock protecting a `T`, for green threads: [`lock`](Mutex::lock) parks the calling green
 /// thread while another holds it, and every other green thread runs meanwhile.
@@ -174,11 +174,12 @@ impl<T: ?Sized> Mutex<T> {
                 what: "Mutex::lock",
                 holder: &self.holder,
             };
-            self.waiters.wait_as("Mutex::lock", wait, (), None, |granted| {
-                if granted {
-                    self.unlock();
-                }
-            });
+            self.waiters
+                .wait_as("Mutex::lock", wait, (), None, |granted| {
+                    if granted {
+                        self.unlock();
+                    }
+                });
         }
         self.guard()
     }

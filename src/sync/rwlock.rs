@@ -13,8 +13,8 @@ use std::ptr::NonNull;
 use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
 
 use super::grant_queue::GrantQueue;
-use crate::runtime::task::Wait;
 use crate::runtime::budget;
+use crate::runtime::task::Wait;
 
 /// What a waiter asks for.
 #[derive(Clone, Copy, PartialEq, Eq)]
