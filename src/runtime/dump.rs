@@ -382,11 +382,39 @@ pub struct Frame {
 
 impl Frame {
     /// The function's name (demangled), or `<unknown>`.
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     let sleeper = greenweave::thread::Builder::new()
+    ///         .name("sleeper".into())
+    ///         .spawn(|| greenweave::thread::sleep(std::time::Duration::from_secs(60)))
+    ///         .unwrap();
+    ///     greenweave::thread::yield_now();
+    ///     let dump = greenweave::runtime::dump();
+    ///     let entry = dump.green_threads().iter().find(|t| t.name() == Some("sleeper")).unwrap();
+    ///     assert!(entry.backtrace().unwrap().iter().any(|f| f.symbol().contains("sleep")));
+    ///     sleeper.cancel();
+    /// });
+    /// ```
     pub fn symbol(&self) -> &str {
         &self.symbol
     }
 
     /// `file:line:column`, if the program has line tables.
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     let sleeper = greenweave::thread::Builder::new()
+    ///         .name("sleeper".into())
+    ///         .spawn(|| greenweave::thread::sleep(std::time::Duration::from_secs(60)))
+    ///         .unwrap();
+    ///     greenweave::thread::yield_now();
+    ///     let dump = greenweave::runtime::dump();
+    ///     let entry = dump.green_threads().iter().find(|t| t.name() == Some("sleeper")).unwrap();
+    ///     assert!(entry.backtrace().unwrap().iter().any(|f| f.location().is_some()));
+    ///     sleeper.cancel();
+    /// });
+    /// ```
     pub fn location(&self) -> Option<&str> {
         self.location.as_deref()
     }
@@ -549,21 +577,77 @@ impl fmt::Display for WaitRecord {
 
 impl GreenThread {
     /// Its id, as [`Thread::id`](crate::thread::Thread::id) numbers it.
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     let sleeper = greenweave::thread::Builder::new()
+    ///         .name("sleeper".into())
+    ///         .spawn(|| greenweave::thread::sleep(std::time::Duration::from_secs(60)))
+    ///         .unwrap();
+    ///     greenweave::thread::yield_now();
+    ///     let dump = greenweave::runtime::dump();
+    ///     let entry = dump.green_threads().iter().find(|t| t.name() == Some("sleeper")).unwrap();
+    ///     assert_eq!(entry.id(), sleeper.thread().id().as_u64());
+    ///     sleeper.cancel();
+    /// });
+    /// ```
     pub fn id(&self) -> u64 {
         self.id
     }
 
     /// Its name, if it was given one.
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     let sleeper = greenweave::thread::Builder::new()
+    ///         .name("sleeper".into())
+    ///         .spawn(|| greenweave::thread::sleep(std::time::Duration::from_secs(60)))
+    ///         .unwrap();
+    ///     greenweave::thread::yield_now();
+    ///     let dump = greenweave::runtime::dump();
+    ///     let entry = dump.green_threads().iter().find(|t| t.name() == Some("sleeper")).unwrap();
+    ///     assert_eq!(entry.name(), Some("sleeper"));
+    ///     sleeper.cancel();
+    /// });
+    /// ```
     pub fn name(&self) -> Option<&str> {
         self.name.as_deref()
     }
 
     /// The worker it runs on.
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     let sleeper = greenweave::thread::Builder::new()
+    ///         .name("sleeper".into())
+    ///         .spawn(|| greenweave::thread::sleep(std::time::Duration::from_secs(60)))
+    ///         .unwrap();
+    ///     greenweave::thread::yield_now();
+    ///     let dump = greenweave::runtime::dump();
+    ///     let entry = dump.green_threads().iter().find(|t| t.name() == Some("sleeper")).unwrap();
+    ///     assert_eq!(entry.worker(), 0);
+    ///     sleeper.cancel();
+    /// });
+    /// ```
     pub fn worker(&self) -> usize {
         self.worker
     }
 
     /// Running, ready or parked.
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     let sleeper = greenweave::thread::Builder::new()
+    ///         .name("sleeper".into())
+    ///         .spawn(|| greenweave::thread::sleep(std::time::Duration::from_secs(60)))
+    ///         .unwrap();
+    ///     greenweave::thread::yield_now();
+    ///     let dump = greenweave::runtime::dump();
+    ///     let entry = dump.green_threads().iter().find(|t| t.name() == Some("sleeper")).unwrap();
+    ///     assert_eq!(entry.state(), greenweave::runtime::GreenThreadState::Parked);
+    ///     sleeper.cancel();
+    /// });
+    /// ```
     pub fn state(&self) -> GreenThreadState {
         self.state
     }
@@ -574,35 +658,119 @@ impl GreenThread {
     /// `RwLock`), `scope` (`thread::scope` waiting for its green threads), `select`,
     /// `other_worker` (joining a green thread of another worker), `shared` (a `sync::shared`
     /// channel) or `futex` (a std or parking_lot primitive, under the `hooks` feature).
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     let sleeper = greenweave::thread::Builder::new()
+    ///         .name("sleeper".into())
+    ///         .spawn(|| greenweave::thread::sleep(std::time::Duration::from_secs(60)))
+    ///         .unwrap();
+    ///     greenweave::thread::yield_now();
+    ///     let dump = greenweave::runtime::dump();
+    ///     let entry = dump.green_threads().iter().find(|t| t.name() == Some("sleeper")).unwrap();
+    ///     assert_eq!(entry.wait_kind(), Some("sleep"));
+    ///     sleeper.cancel();
+    /// });
+    /// ```
     pub fn wait_kind(&self) -> Option<&'static str> {
         self.wait.as_ref().map(WaitRecord::kind)
     }
 
     /// For a parked green thread, what it waits on, in words (the fd and interest, the lock
     /// and who holds it, the green thread joined...).
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     let sleeper = greenweave::thread::Builder::new()
+    ///         .name("sleeper".into())
+    ///         .spawn(|| greenweave::thread::sleep(std::time::Duration::from_secs(60)))
+    ///         .unwrap();
+    ///     greenweave::thread::yield_now();
+    ///     let dump = greenweave::runtime::dump();
+    ///     let entry = dump.green_threads().iter().find(|t| t.name() == Some("sleeper")).unwrap();
+    ///     assert_eq!(entry.waiting_on().as_deref(), Some("sleeping"));
+    ///     sleeper.cancel();
+    /// });
+    /// ```
     pub fn waiting_on(&self) -> Option<String> {
         self.wait.as_ref().map(ToString::to_string)
     }
 
     /// The green thread whose progress alone can end this one's wait: the one it joins, or the
     /// holder of the lock it waits for. The edges of the dump's wait-for graph.
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     let sleeper = greenweave::thread::Builder::new()
+    ///         .name("sleeper".into())
+    ///         .spawn(|| greenweave::thread::sleep(std::time::Duration::from_secs(60)))
+    ///         .unwrap();
+    ///     greenweave::thread::yield_now();
+    ///     let dump = greenweave::runtime::dump();
+    ///     let entry = dump.green_threads().iter().find(|t| t.name() == Some("sleeper")).unwrap();
+    ///     assert_eq!(entry.waits_for(), None); // a sleep waits for no green thread
+    ///     sleeper.cancel();
+    /// });
+    /// ```
     pub fn waits_for(&self) -> Option<u64> {
         self.wait.as_ref().and_then(WaitRecord::waits_for)
     }
 
     /// How long it has been parked: from the scheduler's last poll before the park (at most a
     /// few dozen green-thread runs earlier), so it can read a little long.
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     let sleeper = greenweave::thread::Builder::new()
+    ///         .name("sleeper".into())
+    ///         .spawn(|| greenweave::thread::sleep(std::time::Duration::from_secs(60)))
+    ///         .unwrap();
+    ///     greenweave::thread::yield_now();
+    ///     let dump = greenweave::runtime::dump();
+    ///     let entry = dump.green_threads().iter().find(|t| t.name() == Some("sleeper")).unwrap();
+    ///     assert!(entry.parked_for().is_some());
+    ///     sleeper.cancel();
+    /// });
+    /// ```
     pub fn parked_for(&self) -> Option<Duration> {
         self.parked_for
     }
 
     /// How long until its park's deadline (a sleep's end, a timeout), if it has one.
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     let sleeper = greenweave::thread::Builder::new()
+    ///         .name("sleeper".into())
+    ///         .spawn(|| greenweave::thread::sleep(std::time::Duration::from_secs(60)))
+    ///         .unwrap();
+    ///     greenweave::thread::yield_now();
+    ///     let dump = greenweave::runtime::dump();
+    ///     let entry = dump.green_threads().iter().find(|t| t.name() == Some("sleeper")).unwrap();
+    ///     assert!(entry.deadline_in().unwrap() <= std::time::Duration::from_secs(60));
+    ///     sleeper.cancel();
+    /// });
+    /// ```
     pub fn deadline_in(&self) -> Option<Duration> {
         self.deadline_in
     }
 
     /// The green thread that spawned it, if any (a green thread spawned by `spawn_on` from
     /// another worker names none).
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     let sleeper = greenweave::thread::Builder::new()
+    ///         .name("sleeper".into())
+    ///         .spawn(|| greenweave::thread::sleep(std::time::Duration::from_secs(60)))
+    ///         .unwrap();
+    ///     greenweave::thread::yield_now();
+    ///     let dump = greenweave::runtime::dump();
+    ///     let entry = dump.green_threads().iter().find(|t| t.name() == Some("sleeper")).unwrap();
+    ///     assert_eq!(entry.parent(), Some(greenweave::thread::current().id().as_u64()));
+    ///     sleeper.cancel();
+    /// });
+    /// ```
     pub fn parent(&self) -> Option<u64> {
         self.parent
     }
@@ -611,6 +779,20 @@ impl GreenThread {
     /// parked or yielded); `None` in a dump without backtraces, and for a green thread that
     /// has not started. A green thread suspended inside a coroutine or greenlet it runs (a
     /// generator that parked) shows that stack, down to its root.
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     let sleeper = greenweave::thread::Builder::new()
+    ///         .name("sleeper".into())
+    ///         .spawn(|| greenweave::thread::sleep(std::time::Duration::from_secs(60)))
+    ///         .unwrap();
+    ///     greenweave::thread::yield_now();
+    ///     let dump = greenweave::runtime::dump();
+    ///     let entry = dump.green_threads().iter().find(|t| t.name() == Some("sleeper")).unwrap();
+    ///     assert!(entry.backtrace().unwrap().iter().any(|f| f.symbol().contains("sleep")));
+    ///     sleeper.cancel();
+    /// });
+    /// ```
     pub fn backtrace(&self) -> Option<&[Frame]> {
         self.backtrace.as_ref().map(|frames| frames.frames())
     }
@@ -625,22 +807,78 @@ impl GreenThread {
 
 impl Dump {
     /// Every green thread, by id.
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     let sleeper = greenweave::thread::Builder::new()
+    ///         .name("sleeper".into())
+    ///         .spawn(|| greenweave::thread::sleep(std::time::Duration::from_secs(60)))
+    ///         .unwrap();
+    ///     greenweave::thread::yield_now();
+    ///     let dump = greenweave::runtime::dump();
+    ///     let entry = dump.green_threads().iter().find(|t| t.name() == Some("sleeper")).unwrap();
+    ///     assert_eq!(dump.green_threads().len(), 2); // main and the sleeper
+    ///     sleeper.cancel();
+    /// });
+    /// ```
     pub fn green_threads(&self) -> &[GreenThread] {
         &self.threads
     }
 
     /// How many workers the runtime has.
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     let sleeper = greenweave::thread::Builder::new()
+    ///         .name("sleeper".into())
+    ///         .spawn(|| greenweave::thread::sleep(std::time::Duration::from_secs(60)))
+    ///         .unwrap();
+    ///     greenweave::thread::yield_now();
+    ///     let dump = greenweave::runtime::dump();
+    ///     let entry = dump.green_threads().iter().find(|t| t.name() == Some("sleeper")).unwrap();
+    ///     assert_eq!(dump.workers(), 1);
+    ///     sleeper.cancel();
+    /// });
+    /// ```
     pub fn workers(&self) -> usize {
         self.workers
     }
 
     /// The workers that did not answer in time (stuck in a long stall): their green threads
     /// are missing.
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     let sleeper = greenweave::thread::Builder::new()
+    ///         .name("sleeper".into())
+    ///         .spawn(|| greenweave::thread::sleep(std::time::Duration::from_secs(60)))
+    ///         .unwrap();
+    ///     greenweave::thread::yield_now();
+    ///     let dump = greenweave::runtime::dump();
+    ///     let entry = dump.green_threads().iter().find(|t| t.name() == Some("sleeper")).unwrap();
+    ///     assert!(dump.unanswered_workers().is_empty());
+    ///     sleeper.cancel();
+    /// });
+    /// ```
     pub fn unanswered_workers(&self) -> &[usize] {
         &self.unanswered
     }
 
     /// The id of the green thread that took the dump, if a green thread did.
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     let sleeper = greenweave::thread::Builder::new()
+    ///         .name("sleeper".into())
+    ///         .spawn(|| greenweave::thread::sleep(std::time::Duration::from_secs(60)))
+    ///         .unwrap();
+    ///     greenweave::thread::yield_now();
+    ///     let dump = greenweave::runtime::dump();
+    ///     let entry = dump.green_threads().iter().find(|t| t.name() == Some("sleeper")).unwrap();
+    ///     assert_eq!(dump.taken_by(), Some(greenweave::thread::current().id().as_u64()));
+    ///     sleeper.cancel();
+    /// });
+    /// ```
     pub fn taken_by(&self) -> Option<u64> {
         self.taken_by
     }
@@ -648,12 +886,40 @@ impl Dump {
     /// The green threads that wait for each other in a cycle (each can only be woken by the
     /// next, the last by the first: a deadlock, even if the rest of the program runs on), each
     /// cycle starting from its smallest id.
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     let sleeper = greenweave::thread::Builder::new()
+    ///         .name("sleeper".into())
+    ///         .spawn(|| greenweave::thread::sleep(std::time::Duration::from_secs(60)))
+    ///         .unwrap();
+    ///     greenweave::thread::yield_now();
+    ///     let dump = greenweave::runtime::dump();
+    ///     let entry = dump.green_threads().iter().find(|t| t.name() == Some("sleeper")).unwrap();
+    ///     assert!(dump.cycles().is_empty());
+    ///     sleeper.cancel();
+    /// });
+    /// ```
     pub fn cycles(&self) -> &[Vec<u64>] {
         &self.cycles
     }
 
     /// The chain of green threads that `id` waits for, one after the other (a join, a lock's
     /// holder), ending at one that waits for nobody in particular or where a cycle closes.
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     let sleeper = greenweave::thread::Builder::new()
+    ///         .name("sleeper".into())
+    ///         .spawn(|| greenweave::thread::sleep(std::time::Duration::from_secs(60)))
+    ///         .unwrap();
+    ///     greenweave::thread::yield_now();
+    ///     let dump = greenweave::runtime::dump();
+    ///     let entry = dump.green_threads().iter().find(|t| t.name() == Some("sleeper")).unwrap();
+    ///     assert!(dump.wait_chain(entry.id()).is_empty());
+    ///     sleeper.cancel();
+    /// });
+    /// ```
     pub fn wait_chain(&self, id: u64) -> Vec<u64> {
         let mut chain = Vec::new();
         let mut next = self.find(id).and_then(GreenThread::waits_for);
