@@ -375,6 +375,27 @@ fn a_generator_a_green_thread_runs_shows_in_its_backtrace() {
     });
 }
 
+#[inline(never)]
+fn greenlet_body_parks() {
+    thread::sleep(LONG);
+}
+
+#[test]
+fn a_greenlet_a_green_thread_switched_to_shows_in_its_backtrace() {
+    greenweave::run(|| {
+        let runner = named("runs a greenlet", || {
+            let greenlet = greenweave::greenlet::Greenlet::<()>::new(|()| greenlet_body_parks());
+            greenlet.switch(());
+        });
+        let_them_park();
+        let dump = greenweave::runtime::dump();
+        let entry = find(&dump, "runs a greenlet");
+        assert_eq!(entry.wait_kind(), Some("sleep"));
+        assert!(has_frame(entry, "greenlet_body_parks"), "{dump}");
+        runner.cancel();
+    });
+}
+
 #[test]
 #[should_panic(expected = "outside a green thread")]
 fn a_dump_outside_a_green_thread_panics_saying_where_to_call_it() {
