@@ -6,7 +6,8 @@
 //! (a green thread as the scheduler sees it), `timer` (deadline heap), `reactor` (epoll and
 //! per-fd readiness), `offload` (running a blocking call on another OS thread while the green
 //! thread parks), `stall` (the stall report's watchdog, see [`Builder::stall_report`]),
-//! `panic_report` (the panic hook that names the green thread, see [`run`]). The
+//! `panic_report` (the panic hook that names the green thread, see [`run`]), `dump` (the dump
+//! of every green thread, see [`dump()`] and [`Builder::dump_on_signal`]). The
 //! public face is [`run`], [`Runtime`] and [`Builder`]; green threads themselves are in
 //! [`crate::thread`], sockets in [`crate::net`].
 
