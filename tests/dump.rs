@@ -246,6 +246,33 @@ fn a_dump_without_backtraces_has_the_same_green_threads_and_no_frames() {
 }
 
 #[test]
+fn receivers_on_one_channel_name_one_address_and_another_channel_another() {
+    greenweave::run(|| {
+        let (_first_sender, first) = greenweave::sync::mpsc::channel::<u8>();
+        let (_second_sender, second) = greenweave::sync::mpsc::channel::<u8>();
+        let first = Rc::new(first);
+        let again = first.clone();
+        named("first a", move || {
+            let _ = first.recv();
+        });
+        named("first b", move || {
+            let _ = again.recv();
+        });
+        named("second", move || parks_in_channel(second));
+        let_them_park();
+        let dump = greenweave::runtime::dump_without_backtraces();
+        let on = |name| find(&dump, name).waiting_on().unwrap();
+        assert_eq!(on("first a"), on("first b"));
+        assert_ne!(on("first a"), on("second"));
+        assert!(
+            on("second").contains("a channel (recv) (at 0x"),
+            "{}",
+            on("second")
+        );
+    });
+}
+
+#[test]
 fn a_parked_green_thread_has_been_parked_at_least_as_long_as_it_waited() {
     greenweave::run(|| {
         named("sleep", parks_in_sleep);

@@ -484,7 +484,10 @@ enum WaitRecord {
     },
     Join(u64),
     Remote(&'static str),
-    Sync(&'static str),
+    Sync {
+        what: &'static str,
+        address: usize,
+    },
     Scope(usize),
     Select(SelectWait),
     OtherWorker(usize),
@@ -504,7 +507,7 @@ impl WaitRecord {
             Wait::Io { fd, interest } => WaitRecord::Io { fd, interest },
             Wait::Join(id) => WaitRecord::Join(id),
             Wait::Remote(what) => WaitRecord::Remote(what),
-            Wait::Sync(what) => WaitRecord::Sync(what),
+            Wait::Sync { what, address } => WaitRecord::Sync { what, address },
             Wait::Scope(running) => WaitRecord::Scope(running),
             Wait::Select(select) => WaitRecord::Select(select),
             Wait::OtherWorker(worker) => WaitRecord::OtherWorker(worker),
@@ -526,7 +529,7 @@ impl WaitRecord {
             WaitRecord::Io { .. } => "io",
             WaitRecord::Join(_) => "join",
             WaitRecord::Remote(_) => "remote",
-            WaitRecord::Sync(_) => "sync",
+            WaitRecord::Sync { .. } => "sync",
             WaitRecord::Scope(_) => "scope",
             WaitRecord::Select(_) => "select",
             WaitRecord::OtherWorker(_) => "other_worker",
@@ -553,7 +556,12 @@ impl fmt::Display for WaitRecord {
             WaitRecord::Io { fd, interest } => Wait::Io { fd, interest },
             WaitRecord::Join(id) => Wait::Join(id),
             WaitRecord::Remote(what) => Wait::Remote(what),
-            WaitRecord::Sync(what) => Wait::Sync(what),
+            WaitRecord::Sync { what, address } => {
+                return match address {
+                    0 => write!(f, "waiting on {what}"),
+                    address => write!(f, "waiting on {what} (at {address:#x})"),
+                };
+            }
             WaitRecord::Scope(running) => Wait::Scope(running),
             WaitRecord::Select(select) => Wait::Select(select),
             WaitRecord::OtherWorker(worker) => Wait::OtherWorker(worker),
@@ -677,7 +685,8 @@ impl GreenThread {
     }
 
     /// For a parked green thread, what it waits on, in words (the fd and interest, the lock
-    /// and who holds it, the green thread joined...).
+    /// and who holds it, the green thread joined, the channel or other primitive and its
+    /// address, which tells two channels apart...).
     ///
     /// ```
     /// greenweave::run(|| {
@@ -943,9 +952,10 @@ impl Dump {
 
     /// The dump as one JSON object: `workers`, `unanswered_workers`, `taken_by`,
     /// `green_threads` (each with `id`, `name`, `worker`, `state`, `parent`, `wait` (`kind`,
-    /// `description` and the kind's own fields: `fd` and `interest`, `joins`, `lock`,
-    /// `address` and `holder`, `futex`), `parked_for_ms`, `deadline_in_ms`, `waits_for`,
-    /// `backtrace` (`symbol`, `location`)) and `cycles`.
+    /// `description` and the kind's own fields: `fd` and `interest`; `joins`; `lock`,
+    /// `address` and `holder`; `primitive` and `address` (a channel, condvar, event...);
+    /// `futex`; `running` (a scope); `other_worker`), `parked_for_ms`, `deadline_in_ms`,
+    /// `waits_for`, `backtrace` (`symbol`, `location`)) and `cycles`.
     ///
     /// ```
     /// greenweave::run(|| {
@@ -1021,6 +1031,13 @@ impl GreenThread {
                     }
                     WaitRecord::Futex(address) => {
                         let _ = write!(out, ",\"futex\":\"{address:#x}\"");
+                    }
+                    WaitRecord::Sync { what, address } => {
+                        out.push_str(",\"primitive\":");
+                        json_string(out, what);
+                        if address != 0 {
+                            let _ = write!(out, ",\"address\":\"{address:#x}\"");
+                        }
                     }
                     WaitRecord::Scope(running) => {
                         let _ = write!(out, ",\"running\":{running}");

@@ -46,8 +46,12 @@ pub(crate) enum Wait {
     /// A result from another OS thread (hostname lookup, `unblock`).
     Remote(&'static str),
     /// A green synchronisation primitive (channel, lock, event...), woken by another green
-    /// thread (or by a remote sender, which the scheduler counts separately).
-    Sync(&'static str),
+    /// thread (or by a remote sender, which the scheduler counts separately); `address` tells
+    /// one primitive from another (0: not known), for `runtime::dump`.
+    Sync {
+        what: &'static str,
+        address: usize,
+    },
     /// `thread::scope` waiting for this many green threads spawned in it to end.
     Scope(usize),
     /// A `sync::select` over several operations at once.
@@ -151,7 +155,7 @@ impl fmt::Display for Wait {
             Wait::Io { fd, interest } => write!(f, "waiting for fd {fd} to be {interest}"),
             Wait::Join(id) => write!(f, "joining green thread {id}"),
             Wait::Remote(what) => write!(f, "waiting for {what} on another OS thread"),
-            Wait::Sync(what) => write!(f, "waiting on {what}"),
+            Wait::Sync { what, .. } => write!(f, "waiting on {what}"),
             Wait::Scope(1) => write!(
                 f,
                 "waiting in thread::scope for 1 green thread spawned in it"

@@ -106,7 +106,11 @@ impl<K: Copy> GrantQueue<K> {
         deadline: Option<Instant>,
         leave: impl Fn(bool),
     ) -> bool {
-        self.wait_as(what, Wait::Sync(what), kind, deadline, leave)
+        let wait = Wait::Sync {
+            what,
+            address: self as *const GrantQueue<K> as usize,
+        };
+        self.wait_as(what, wait, kind, deadline, leave)
     }
 
     /// [`GrantQueue::wait`], recording the park as `wait` (a lock says who holds it).
