@@ -34,9 +34,16 @@ fn main() {
     {
         println!("cargo::rustc-cfg=greenweave_asan");
     }
+    // runtime::dump's stack probe (asm/probe_<arch>.S): a routine whose CFI makes a suspended
+    // stack the caller of a function, so std's unwinder walks it.
+    let probe = format!("asm/probe_{arch}.S");
     println!("cargo:rerun-if-changed={source}");
+    println!("cargo:rerun-if-changed={probe}");
     println!("cargo:rerun-if-changed=build.rs");
-    cc::Build::new().file(source).compile("greenweave_switch");
+    cc::Build::new()
+        .file(source)
+        .file(&probe)
+        .compile("greenweave_switch");
     // The `hooks` feature defines libc's variadic fcntl, ioctl and syscall, which stable Rust
     // cannot, and links every hook through an anchor that refers to them all: the archive is
     // linked whole, since nothing else in a program refers to the hooks (asm/hooks_anchor.S).

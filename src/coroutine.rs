@@ -198,6 +198,18 @@ impl State {
 }
 
 impl<I, Y, R> Coroutine<I, Y, R> {
+    /// Where a started coroutine that is not running now is suspended: the saved frame of its
+    /// last switch out (on its own stack, or on that of a coroutine or greenlet it was running
+    /// when that one suspended on its behalf); `None` before it starts and once it has
+    /// finished. Valid until it is next resumed; for walking the stack (`runtime::dump`).
+    pub(crate) fn suspended_at(&self) -> Option<StackPointer> {
+        if self.state.is_started() {
+            self.state.target()
+        } else {
+            None
+        }
+    }
+
     /// Creates a coroutine that will run `body` on a default-size stack
     /// ([`Stack::DEFAULT_SIZE`]) from this thread's pool. Nothing runs until the first
     /// [`resume`](Coroutine::resume).

@@ -181,6 +181,34 @@ pub(crate) unsafe fn switch_last(to: StackPointer, data: usize) -> ! {
     unsafe { imp::switch_last(to, data) }
 }
 
+unsafe extern "C" {
+    /// `asm/probe_<arch>.S`: calls `probe(arg)` with CFI that makes the suspended context
+    /// whose saved frame is at `frame` its caller, for an unwinder started inside `probe`.
+    fn greenweave_probe_parked(
+        frame: *const u8,
+        probe: unsafe extern "C" fn(*mut u8),
+        arg: *mut u8,
+    );
+}
+
+/// Runs `probe(arg)` on this stack as if the suspended context `frame` had called it: an
+/// unwinder started inside `probe` (`std::backtrace::Backtrace::force_capture`) walks on from
+/// `probe` into that context's stack, from its switch point to its root, without resuming it.
+///
+/// # Safety
+/// `frame` is the saved stack pointer of a context that stays suspended, unchanged, for the
+/// whole call (nothing resumes or frees it: call this on the OS thread that owns it, where
+/// nothing else runs meanwhile); `probe` must not unwind.
+pub(crate) unsafe fn probe_suspended(
+    frame: StackPointer,
+    probe: unsafe extern "C" fn(*mut u8),
+    arg: *mut u8,
+) {
+    // SAFETY: forwarded from the caller; the routine is an ordinary C function of this
+    // signature, which preserves every callee-saved register.
+    unsafe { greenweave_probe_parked(frame.0.as_ptr(), probe, arg) }
+}
+
 /// Tells ASan's annotations that `context`, just built by [`init_stack`], runs on the stack
 /// `[bottom, top)`. Does nothing in other builds.
 #[inline(always)]

@@ -89,7 +89,7 @@ impl ParkReason {
             Wait::Io { .. } => ParkReason::Io,
             Wait::Join(_) => ParkReason::Join,
             Wait::Remote(_) => ParkReason::Remote,
-            Wait::Sync(_) => ParkReason::Sync,
+            Wait::Sync { .. } | Wait::Lock { .. } => ParkReason::Sync,
             Wait::Scope(_) => ParkReason::Scope,
             Wait::Select(_) => ParkReason::Select,
             Wait::OtherWorker(_) => ParkReason::OtherWorker,

@@ -7,11 +7,13 @@
 //! per-fd readiness), `offload` (running a blocking call on another OS thread while the green
 //! thread parks), `stall` (the stall report's watchdog, see [`Builder::stall_report`]),
 //! `panic_report` (the panic hook that names the green thread, see [`run`]), `metrics` (the
-//! counters behind [`metrics()`](metrics())). The
+//! counters behind [`metrics()`](metrics())), `dump` (the dump of every green thread, see
+//! [`dump()`] and [`Builder::dump_on_signal`]). The
 //! public face is [`run`], [`Runtime`] and [`Builder`]; green threads themselves are in
 //! [`crate::thread`], sockets in [`crate::net`].
 
 pub(crate) mod budget;
+pub(crate) mod dump;
 pub(crate) mod locals;
 mod metrics;
 pub mod offload;
@@ -32,6 +34,7 @@ use std::time::Duration;
 use crate::stack::Stack;
 
 pub use metrics::{ParkReason, RuntimeMetrics};
+pub use dump::{Dump, Frame, GreenThread, GreenThreadState, dump, dump_without_backtraces};
 
 /// Runs `main` as the first green thread of a new runtime on the current OS thread and
 /// returns its value.
@@ -138,6 +141,7 @@ pub struct Runtime {
     max_blocking_threads: usize,
     workers: usize,
     pins: Option<Vec<usize>>,
+    dump_signal: Option<i32>,
 }
 
 /// The main green thread's stack size unless configured: std's main thread gets 8 MiB.
@@ -153,6 +157,7 @@ impl Runtime {
             max_blocking_threads: offload::DEFAULT_MAX_BLOCKING_THREADS,
             workers: 1,
             pins: None,
+            dump_signal: None,
         }
     }
 
@@ -166,6 +171,7 @@ impl Runtime {
             max_blocking_threads: offload::DEFAULT_MAX_BLOCKING_THREADS,
             workers: 1,
             pins: None,
+            dump_signal: None,
         }
     }
 
@@ -368,6 +374,7 @@ pub struct Builder {
     max_blocking_threads: usize,
     workers: usize,
     pins: Option<Vec<usize>>,
+    dump_signal: Option<i32>,
 }
 
 impl Builder {
@@ -562,6 +569,35 @@ impl Builder {
         self
     }
 
+    /// Writes a [`Dump`] of every green thread to stderr each time the process receives
+    /// `signal` (say `libc::SIGQUIT`, as Go does, or `SIGUSR1`), while the runtime runs; the
+    /// program goes on. The handler only writes a byte to a pipe; a watcher thread
+    /// (`greenweave-dump`) takes the dump and writes it, with backtraces, so nothing
+    /// async-signal-unsafe runs in the handler. The handler replaces the signal's default
+    /// action (for `SIGQUIT`: a core dump) for the rest of the process. Off by default.
+    ///
+    /// # Errors
+    /// [`build`](Builder::build) returns [`io::ErrorKind::InvalidInput`] for a signal that
+    /// cannot be caught or that reports a crash (`SIGKILL`, `SIGSTOP`, `SIGSEGV`, `SIGBUS`,
+    /// `SIGILL`, `SIGFPE`, `SIGABRT`) or is not a signal number.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use greenweave::Runtime;
+    ///
+    /// let runtime = Runtime::builder().dump_on_signal(libc::SIGUSR2).build()?;
+    /// runtime.run(|| {
+    ///     // `kill -USR2 <pid>` now prints every green thread to stderr.
+    /// });
+    /// assert!(Runtime::builder().dump_on_signal(libc::SIGKILL).build().is_err());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn dump_on_signal(mut self, signal: i32) -> Builder {
+        self.dump_signal = Some(signal);
+        self
+    }
+
     /// Checks the settings, mapping one stack of each configured size to be sure one can be
     /// (so that [`Runtime::run`] does not fail for a size this could have refused).
     ///
@@ -605,6 +641,9 @@ impl Builder {
         if let Some(cpus) = &self.pins {
             workers::check_pinning(self.workers, cpus)?;
         }
+        if let Some(signal) = self.dump_signal {
+            dump::check_signal(signal)?;
+        }
         Ok(Runtime {
             stack_size: probe.size(),
             main_stack_size: main_probe.size(),
@@ -612,6 +651,7 @@ impl Builder {
             max_blocking_threads: self.max_blocking_threads,
             workers: self.workers,
             pins: self.pins,
+            dump_signal: self.dump_signal,
         })
     }
 }

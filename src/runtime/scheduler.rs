@@ -155,6 +155,9 @@ pub(crate) struct Scheduler {
     pub(crate) blocking_pool: super::offload::PoolHandle,
     /// The stall report's side of the runtime, while it is on (see `runtime::stall`).
     stall: Option<StallWatch>,
+    /// A coarse clock: the time of the last poll (at most `RUNS_BETWEEN_POLLS` runs ago),
+    /// which a park records as its start for `runtime::dump` without reading the clock.
+    coarse_now: Cell<Instant>,
 }
 
 /// The runnable tasks, in FIFO order.
@@ -536,6 +539,7 @@ impl Scheduler {
             default_stack_size,
             blocking_pool,
             stall,
+            coarse_now: Cell::new(Instant::now()),
         }))
     }
 
@@ -568,6 +572,13 @@ impl Scheduler {
         self.next_id.set(id + self.id_step);
         let slot = self.tasks.borrow_mut().reserve();
         let task = self.new_task(id, slot, name);
+        let parent = self.current.get();
+        // SAFETY: a non-null `current` is the running task, held by `run_task`.
+        task.parent.set(if parent.is_null() {
+            0
+        } else {
+            unsafe { (*parent).id }
+        });
         let this: *const Task = Rc::as_ptr(&task);
         let coroutine = TaskCoroutine::with_stack(stack, move |yielder, _first_wake| {
             // SAFETY: the coroutine lives in this task and runs only while the task is alive:
@@ -779,6 +790,7 @@ impl Scheduler {
     /// the loop does every `RUNS_BETWEEN_POLLS` runs, and a green thread whose budget is spent
     /// before it yields (`budget`), so that what it kept waiting runs before it does again.
     pub(crate) fn poll_without_blocking(&self) {
+        self.coarse_now.set(Instant::now());
         // Only what could have something to say: the clock when a timer is set, epoll when an
         // fd is registered or another thread may wake us. A pure compute-and-yield program
         // makes no system call here.
@@ -923,6 +935,9 @@ impl Scheduler {
         }
         task.waiting
             .set(Some((request.wait, request.deadline.is_some())));
+        // For `runtime::dump`: plain stores of what is at hand, no clock read.
+        task.parked_since.set(Some(self.coarse_now.get()));
+        task.parked_until.set(request.deadline);
     }
 
     fn finish(&self, task: Rc<Task>) {
@@ -988,6 +1003,7 @@ impl Scheduler {
             .unwrap_or_else(|error| panic!("greenweave: epoll_wait failed: {error}"));
         self.metrics
             .io_polled(ready, timeout != Some(Duration::ZERO));
+        self.coarse_now.set(Instant::now());
         for (task, park) in woken.drain(..) {
             self.unpark(task, park, Wake::Notified);
         }
@@ -1040,6 +1056,21 @@ impl Scheduler {
                     Some((wait, has_deadline)) => wait.can_end_by_itself(has_deadline),
                     None => task.state.get() != TaskState::Parked,
                 })
+    }
+
+    /// Calls `each` with every unfinished task of this worker (in slot order), after `count`
+    /// with how many there are: what `runtime::dump` reads. Neither may spawn or end a task.
+    pub(crate) fn for_each_task<S>(
+        &self,
+        state: &mut S,
+        count: impl FnOnce(&mut S, usize),
+        mut each: impl FnMut(&mut S, &Task),
+    ) {
+        let tasks = self.tasks.borrow();
+        count(state, tasks.len());
+        for task in tasks.iter() {
+            each(state, task);
+        }
     }
 
     /// The deadlock report's lines for this worker's green threads (the header is the

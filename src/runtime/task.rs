@@ -48,8 +48,12 @@ pub(crate) enum Wait {
     /// A result from another OS thread (hostname lookup, `unblock`).
     Remote(&'static str),
     /// A green synchronisation primitive (channel, lock, event...), woken by another green
-    /// thread (or by a remote sender, which the scheduler counts separately).
-    Sync(&'static str),
+    /// thread (or by a remote sender, which the scheduler counts separately); `address` tells
+    /// one primitive from another (0: not known), for `runtime::dump`.
+    Sync {
+        what: &'static str,
+        address: usize,
+    },
     /// `thread::scope` waiting for this many green threads spawned in it to end.
     Scope(usize),
     /// A `sync::select` over several operations at once.
@@ -68,6 +72,14 @@ pub(crate) enum Wait {
     /// `thread::park` with no deadline: woken by `Thread::unpark`, from any green thread or OS
     /// thread that holds a handle (the scheduler asks the task whether one may be out).
     Park,
+    /// A green lock (`sync::Mutex`, the write side of `sync::RwLock`) named `what`, whose
+    /// holder's id (0: nobody yet, or readers) is kept in the cell at `holder`: the lock's own,
+    /// which lives at least as long as this park (the parked green thread borrows the lock).
+    /// Read only on the lock's worker, by `runtime::dump`.
+    Lock {
+        what: &'static str,
+        holder: *const Cell<u64>,
+    },
 }
 
 /// What a parked `select` waits for, in one `Copy` word or two for the deadlock report: how
@@ -148,7 +160,7 @@ impl fmt::Display for Wait {
             Wait::Io { fd, interest } => write!(f, "waiting for fd {fd} to be {interest}"),
             Wait::Join(id) => write!(f, "joining green thread {id}"),
             Wait::Remote(what) => write!(f, "waiting for {what} on another OS thread"),
-            Wait::Sync(what) => write!(f, "waiting on {what}"),
+            Wait::Sync { what, .. } => write!(f, "waiting on {what}"),
             Wait::Scope(1) => write!(
                 f,
                 "waiting in thread::scope for 1 green thread spawned in it"
@@ -174,6 +186,7 @@ impl fmt::Display for Wait {
                 f,
                 "in greenweave::thread::park, with no Thread handle left to unpark it"
             ),
+            Wait::Lock { what, .. } => write!(f, "waiting on {what}"),
         }
     }
 }
@@ -260,6 +273,13 @@ pub(crate) struct Task {
     /// What its `thread::Thread` handles share (the park token, where an unpark sends its
     /// wake-up): made when the first handle is, replaced when the task is reused.
     pub(crate) parker: RefCell<Option<Arc<Parker>>>,
+    /// When its current park began, to the scheduler's coarse clock (`runtime::dump`); set
+    /// with `waiting`, meaningful only while that is `Some`.
+    pub(crate) parked_since: Cell<Option<Instant>>,
+    /// The deadline of its current park, if any (for `runtime::dump`); as `parked_since`.
+    pub(crate) parked_until: Cell<Option<Instant>>,
+    /// The id of the green thread that spawned it (0: none, spawned by the runtime itself).
+    pub(crate) parent: Cell<u64>,
 }
 
 impl Task {
@@ -286,6 +306,9 @@ impl Task {
             #[cfg(feature = "tracing")]
             spans: super::trace::TaskSpans::default(),
             parker: RefCell::new(None),
+            parked_since: Cell::new(None),
+            parked_until: Cell::new(None),
+            parent: Cell::new(0),
         }
     }
 

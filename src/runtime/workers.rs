@@ -379,6 +379,10 @@ fn on_workers<R>(
     if each.is_some() {
         pool.state().closures_running = settings.workers;
     }
+    if let Some(signal) = settings.dump_signal {
+        super::dump::dump_on_signal(signal, &pool)
+            .unwrap_or_else(|error| panic!("greenweave: could not start a runtime: {error}"));
+    }
     std::thread::scope(|scope| {
         let _shutdown = ShutdownOnExit(&pool);
         start_other_workers(scope, settings, &pool, each);

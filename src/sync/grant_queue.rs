@@ -106,6 +106,22 @@ impl<K: Copy> GrantQueue<K> {
         deadline: Option<Instant>,
         leave: impl Fn(bool),
     ) -> bool {
+        let wait = Wait::Sync {
+            what,
+            address: self as *const GrantQueue<K> as usize,
+        };
+        self.wait_as(what, wait, kind, deadline, leave)
+    }
+
+    /// [`GrantQueue::wait`], recording the park as `wait` (a lock says who holds it).
+    pub(crate) fn wait_as(
+        &self,
+        what: &'static str,
+        wait: Wait,
+        kind: K,
+        deadline: Option<Instant>,
+        leave: impl Fn(bool),
+    ) -> bool {
         let task = with_scheduler(what, |scheduler| scheduler.current_task());
         let identity = Identity {
             slot: 0,
@@ -125,7 +141,7 @@ impl<K: Copy> GrantQueue<K> {
             leave: &leave,
         };
         loop {
-            let wake = scheduler::park(what, Wait::Sync(what), deadline, None, |_, park| {
+            let wake = scheduler::park(what, wait, deadline, None, |_, park| {
                 if let Some(waiter) = self.waiting(identity).as_deref_mut() {
                     waiter.park = park;
                 }

@@ -741,7 +741,10 @@ impl<T> Receiver<T> {
             // that look (it is also how a wait made while unwinding times out at once).
             let wake = scheduler::park(
                 "Receiver::recv",
-                Wait::Sync("a channel (recv)"),
+                Wait::Sync {
+                    what: "a channel (recv)",
+                    address: Rc::as_ptr(&self.shared) as usize,
+                },
                 deadline,
                 None,
                 |task, park| {

@@ -17,6 +17,7 @@ use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
 
 use super::grant_queue::GrantQueue;
 use crate::runtime::budget;
+use crate::runtime::task::Wait;
 
 /// A lock protecting a `T`, for green threads: [`lock`](Mutex::lock) parks the calling green
 /// thread while another holds it, and every other green thread runs meanwhile.
@@ -85,6 +86,9 @@ pub struct Mutex<T: ?Sized> {
 /// unlock it too.
 struct RawMutex {
     locked: Cell<bool>,
+    /// The id of the green thread holding the lock (0: none, or handed to a waiter that has
+    /// not run yet), for `runtime::dump`'s wait-for edges.
+    holder: Cell<u64>,
     poisoned: Cell<bool>,
     waiters: GrantQueue<()>,
 }
@@ -93,6 +97,7 @@ impl RawMutex {
     /// Releases the lock: to the first waiter if there is one (the mutex stays locked, now on
     /// its behalf), otherwise for anyone.
     fn unlock(&self) {
+        self.holder.set(0);
         if self.waiters.grant_front().is_none() {
             self.locked.set(false);
         }
@@ -129,6 +134,7 @@ impl<T> Mutex<T> {
         Mutex {
             raw: RawMutex {
                 locked: Cell::new(false),
+                holder: Cell::new(0),
                 poisoned: Cell::new(false),
                 waiters: GrantQueue::new(),
             },
@@ -198,11 +204,17 @@ impl<T: ?Sized> Mutex<T> {
         if !self.raw.locked.get() {
             self.raw.locked.set(true);
         } else {
-            self.raw.waiters.wait("Mutex::lock", (), None, |granted| {
-                if granted {
-                    self.unlock();
-                }
-            });
+            let wait = Wait::Lock {
+                what: "Mutex::lock",
+                holder: &self.raw.holder,
+            };
+            self.raw
+                .waiters
+                .wait_as("Mutex::lock", wait, (), None, |granted| {
+                    if granted {
+                        self.unlock();
+                    }
+                });
         }
         self.guard()
     }
@@ -308,6 +320,7 @@ impl<T: ?Sized> Mutex<T> {
 
     /// A guard for the lock this green thread has just acquired.
     fn guard(&self) -> LockResult<MutexGuard<'_, T>> {
+        self.raw.holder.set(crate::runtime::dump::running_id());
         let guard = MutexGuard {
             mutex: self,
             panicking: std::thread::panicking(),

@@ -17,6 +17,7 @@ use std::sync::{LockResult, PoisonError, TryLockError, TryLockResult};
 
 use super::grant_queue::GrantQueue;
 use crate::runtime::budget;
+use crate::runtime::task::Wait;
 
 /// What a waiter asks for.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -75,6 +76,9 @@ pub struct RwLock<T: ?Sized> {
 struct RawRwLock {
     readers: Cell<usize>,
     writer: Cell<bool>,
+    /// The id of the green thread holding the write lock (0: none, readers, or handed to a
+    /// waiter that has not run yet), for `runtime::dump`'s wait-for edges.
+    writer_id: Cell<u64>,
     poisoned: Cell<bool>,
     waiters: GrantQueue<Access>,
 }
@@ -100,6 +104,7 @@ impl<T> RwLock<T> {
             raw: RawRwLock {
                 readers: Cell::new(0),
                 writer: Cell::new(false),
+                writer_id: Cell::new(0),
                 poisoned: Cell::new(false),
                 waiters: GrantQueue::new(),
             },
@@ -163,9 +168,13 @@ impl<T: ?Sized> RwLock<T> {
         if !self.raw.writer.get() && self.raw.waiters.is_empty() {
             self.raw.readers.set(self.raw.readers.get() + 1);
         } else {
+            let wait = Wait::Lock {
+                what: "RwLock::read",
+                holder: &self.raw.writer_id,
+            };
             self.raw
                 .waiters
-                .wait("RwLock::read", Access::Read, None, |granted| {
+                .wait_as("RwLock::read", wait, Access::Read, None, |granted| {
                     if granted {
                         self.raw.read_unlock();
                     } else {
@@ -211,9 +220,13 @@ impl<T: ?Sized> RwLock<T> {
         if !self.raw.writer.get() && self.raw.readers.get() == 0 && self.raw.waiters.is_empty() {
             self.raw.writer.set(true);
         } else {
+            let wait = Wait::Lock {
+                what: "RwLock::write",
+                holder: &self.raw.writer_id,
+            };
             self.raw
                 .waiters
-                .wait("RwLock::write", Access::Write, None, |granted| {
+                .wait_as("RwLock::write", wait, Access::Write, None, |granted| {
                     if granted {
                         self.raw.write_unlock();
                     } else {
@@ -341,6 +354,7 @@ impl<T: ?Sized> RwLock<T> {
     }
 
     fn write_guard(&self) -> LockResult<RwLockWriteGuard<'_, T>> {
+        self.raw.writer_id.set(crate::runtime::dump::running_id());
         let guard = RwLockWriteGuard {
             lock: self,
             panicking: std::thread::panicking(),
@@ -361,6 +375,7 @@ impl RawRwLock {
 
     fn write_unlock(&self) {
         self.writer.set(false);
+        self.writer_id.set(0);
         self.dispatch();
     }
 
@@ -405,6 +420,7 @@ impl RawRwLock {
     /// writer can take the lock in between.
     fn downgrade(&self) {
         self.writer.set(false);
+        self.writer_id.set(0);
         self.readers.set(1);
         self.dispatch();
     }

@@ -399,7 +399,10 @@ impl Receiver {
                     if deadline.is_none() {
                         scheduler::park(
                             WHAT,
-                            Wait::Sync("a timer channel (recv)"),
+                            Wait::Sync {
+                                what: "a timer channel (recv)",
+                                address: 0,
+                            },
                             None,
                             None,
                             |_, _| {},
@@ -410,7 +413,10 @@ impl Receiver {
                 let wait = if wake_at.is_some() {
                     Wait::Sleep
                 } else {
-                    Wait::Sync("a timer channel that will receive no message (recv)")
+                    Wait::Sync {
+                        what: "a timer channel that will receive no message (recv)",
+                        address: 0,
+                    }
                 };
                 // However it wakes (the instant, a spurious wake-up, a `time::timeout` scope's
                 // look), the top of the loop decides.

@@ -73,7 +73,11 @@ impl WaitQueue {
             queue: self,
             registration: Cell::new(None),
         };
-        scheduler::park(what, Wait::Sync(what), deadline, None, |task, park| {
+        let wait = Wait::Sync {
+            what,
+            address: self as *const WaitQueue as usize,
+        };
+        scheduler::park(what, wait, deadline, None, |task, park| {
             // A park that goes round again registers again: the earlier entry is stale.
             if let Some(earlier) = departure.registration.take() {
                 self.remove(earlier);
@@ -485,7 +489,10 @@ mod tests {
             for _ in 0..1_000 {
                 scheduler::park(
                     "test",
-                    Wait::Sync("test"),
+                    Wait::Sync {
+                        what: "test",
+                        address: 0,
+                    },
                     Some(Instant::now()),
                     None,
                     |task, park| {

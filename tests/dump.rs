@@ -1,0 +1,531 @@
+//! `runtime::dump` (issue 24): a dump names every green thread on every worker, what each parked
+//! one waits for (each kind of wait), how long, who spawned it, and a backtrace of its
+//! suspended stack that reaches the green thread's own code; the wait-for edges (joins, a
+//! lock's holder) and their cycles, while the rest of the program runs; and
+//! `Builder::dump_on_signal`, in a child process that goes on and exits normally.
+//!
+//! Each waiting green thread parks inside a function of its own (`parks_in_*`, never inlined):
+//! the dump's backtrace must name that function, which only a walk of the parked stack itself
+//! can find. Nothing here asserts a duration other than lower bounds the clock guarantees.
+
+mod common;
+
+use std::io::Read;
+use std::rc::Rc;
+use std::time::Duration;
+
+use common::run_in_child;
+use greenweave::runtime::{Dump, GreenThread, GreenThreadState};
+use greenweave::sync::Mutex;
+use greenweave::{Coroutine, Runtime, thread};
+
+const LONG: Duration = Duration::from_secs(3600);
+
+#[inline(never)]
+fn parks_in_sleep() {
+    thread::sleep(LONG);
+}
+
+#[inline(never)]
+fn parks_in_io(mut stream: greenweave::os::unix::net::UnixStream) {
+    let mut byte = [0u8];
+    let _ = stream.read(&mut byte);
+}
+
+#[inline(never)]
+fn parks_in_join(handle: thread::JoinHandle<()>) {
+    let _ = handle.join();
+}
+
+#[inline(never)]
+fn parks_in_remote(release: std::sync::mpsc::Receiver<()>) {
+    greenweave::unblock(move || {
+        let _ = release.recv();
+    });
+}
+
+#[inline(never)]
+fn parks_in_channel(receiver: greenweave::sync::mpsc::Receiver<u8>) {
+    let _ = receiver.recv();
+}
+
+#[inline(never)]
+fn parks_in_lock(lock: Rc<Mutex<u8>>) {
+    let _guard = lock.lock();
+}
+
+#[inline(never)]
+fn parks_in_scope() {
+    thread::scope(|scope| {
+        scope.spawn(parks_in_sleep);
+    });
+}
+
+#[inline(never)]
+fn parks_in_select(receiver: greenweave::sync::mpsc::Receiver<u8>) {
+    let mut select = greenweave::sync::select::Select::new();
+    select.recv(&receiver);
+    let _ = select.select();
+}
+
+#[inline(never)]
+fn parks_in_other_worker_join() {
+    let _ = thread::spawn_on(1, parks_in_sleep).join();
+}
+
+#[inline(never)]
+fn parks_in_shared_channel(receiver: greenweave::sync::shared::Receiver<u8>) {
+    let _ = receiver.recv();
+}
+
+#[cfg(feature = "hooks")]
+#[inline(never)]
+fn parks_in_futex(lock: std::sync::Arc<std::sync::Mutex<u8>>) {
+    let _guard = lock.lock();
+}
+
+#[inline(never)]
+fn generator_body_parks() {
+    thread::sleep(LONG);
+}
+
+/// Spawns `body` as a green thread named `name`.
+fn named(name: &str, body: impl FnOnce() + 'static) -> thread::JoinHandle<()> {
+    thread::Builder::new()
+        .name(name.into())
+        .spawn(body)
+        .expect("spawn")
+}
+
+/// Lets every green thread just spawned run until it parks.
+fn let_them_park() {
+    thread::sleep(Duration::from_millis(20));
+}
+
+fn find<'d>(dump: &'d Dump, name: &str) -> &'d GreenThread {
+    dump.green_threads()
+        .iter()
+        .find(|thread| thread.name() == Some(name))
+        .unwrap_or_else(|| panic!("no green thread named {name:?} in the dump:\n{dump}"))
+}
+
+fn has_frame(thread: &GreenThread, function: &str) -> bool {
+    thread
+        .backtrace()
+        .is_some_and(|frames| frames.iter().any(|frame| frame.symbol().contains(function)))
+}
+
+/// Asserts that `name` is parked in a wait of kind `kind` and that its backtrace names
+/// `function`, its own code.
+fn assert_parked(dump: &Dump, name: &str, kind: &str, function: &str) {
+    let thread = find(dump, name);
+    assert_eq!(thread.state(), GreenThreadState::Parked, "{name}:\n{dump}");
+    assert_eq!(thread.wait_kind(), Some(kind), "{name}:\n{dump}");
+    assert!(thread.waiting_on().is_some(), "{name}:\n{dump}");
+    assert!(
+        has_frame(thread, function),
+        "{name}'s backtrace does not name {function}:\n{dump}"
+    );
+}
+
+#[test]
+fn a_dump_names_each_kind_of_wait_and_a_frame_of_each_green_threads_own_code() {
+    let runtime = Runtime::builder().workers(2).build().unwrap();
+    runtime.run(|| {
+        let sleeper = named("sleep", parks_in_sleep);
+        let (reader, _writer) = greenweave::os::unix::net::UnixStream::pair().unwrap();
+        let io_fd = std::os::fd::AsRawFd::as_raw_fd(&reader);
+        named("io", move || parks_in_io(reader));
+        let sleeper_id = sleeper.thread().id().as_u64();
+        named("join", move || parks_in_join(sleeper));
+        let (release, released) = std::sync::mpsc::channel();
+        named("remote", move || parks_in_remote(released));
+        let (_sender, receiver) = greenweave::sync::mpsc::channel();
+        named("sync", move || parks_in_channel(receiver));
+        let lock = Rc::new(Mutex::new(0));
+        let held = lock.lock().unwrap();
+        let waiter = lock.clone();
+        named("lock", move || parks_in_lock(waiter));
+        named("scope", parks_in_scope);
+        let (_select_sender, select_receiver) = greenweave::sync::mpsc::channel();
+        named("select", move || parks_in_select(select_receiver));
+        named("other worker", parks_in_other_worker_join);
+        let (_shared_sender, shared_receiver) = greenweave::sync::shared::channel();
+        named("shared", move || parks_in_shared_channel(shared_receiver));
+        #[cfg(feature = "hooks")]
+        let std_lock = std::sync::Arc::new(std::sync::Mutex::new(0));
+        #[cfg(feature = "hooks")]
+        let std_held = std_lock.lock().unwrap();
+        #[cfg(feature = "hooks")]
+        {
+            let std_lock = std_lock.clone();
+            named("futex", move || parks_in_futex(std_lock));
+        }
+        let_them_park();
+
+        let dump = greenweave::runtime::dump();
+        let me = thread::current().id().as_u64();
+        assert_eq!(dump.taken_by(), Some(me));
+        assert_eq!(dump.workers(), 2);
+        assert!(dump.unanswered_workers().is_empty());
+
+        assert_parked(&dump, "sleep", "sleep", "parks_in_sleep");
+        assert!(find(&dump, "sleep").deadline_in().is_some());
+        assert_parked(&dump, "io", "io", "parks_in_io");
+        let io = find(&dump, "io").waiting_on().unwrap();
+        assert!(io.contains(&format!("fd {io_fd} ")), "{io}");
+        assert_parked(&dump, "join", "join", "parks_in_join");
+        assert_eq!(find(&dump, "join").waits_for(), Some(sleeper_id));
+        assert_parked(&dump, "remote", "remote", "parks_in_remote");
+        assert_parked(&dump, "sync", "sync", "parks_in_channel");
+        assert_parked(&dump, "lock", "lock", "parks_in_lock");
+        assert_eq!(find(&dump, "lock").waits_for(), Some(me));
+        assert_parked(&dump, "scope", "scope", "parks_in_scope");
+        assert_parked(&dump, "select", "select", "parks_in_select");
+        assert_parked(
+            &dump,
+            "other worker",
+            "other_worker",
+            "parks_in_other_worker_join",
+        );
+        assert_parked(&dump, "shared", "shared", "parks_in_shared_channel");
+        #[cfg(feature = "hooks")]
+        assert_parked(&dump, "futex", "futex", "parks_in_futex");
+
+        // Worker 1's green thread, spawned from worker 0, is in the dump, with its own stack.
+        let remote_sleeper = dump
+            .green_threads()
+            .iter()
+            .find(|thread| thread.worker() == 1)
+            .unwrap_or_else(|| panic!("nothing from worker 1:\n{dump}"));
+        assert_eq!(remote_sleeper.wait_kind(), Some("sleep"));
+        assert!(has_frame(remote_sleeper, "parks_in_sleep"), "{dump}");
+        // The scope's green thread names the scope's owner as its parent.
+        let scope_id = find(&dump, "scope").id();
+        assert!(
+            dump.green_threads()
+                .iter()
+                .any(|thread| thread.parent() == Some(scope_id)
+                    && has_frame(thread, "parks_in_sleep")),
+            "{dump}"
+        );
+        assert_eq!(find(&dump, "sleep").parent(), Some(me));
+        // The dumping green thread itself is parked, in its own code too.
+        let dumper = dump.green_threads().iter().find(|t| t.id() == me).unwrap();
+        assert!(
+            has_frame(dumper, "a_dump_names_each_kind_of_wait"),
+            "{dump}"
+        );
+
+        let text = dump.to_string();
+        for kind in ["sleeping", "joining green thread", "held by green thread"] {
+            assert!(text.contains(kind), "{kind:?} missing from:\n{text}");
+        }
+        let json = dump.to_json();
+        assert!(json.contains(r#""kind":"lock""#), "{json}");
+        assert!(json.contains(&format!(r#""waits_for":{me}"#)), "{json}");
+        assert!(json.contains("parks_in_io"), "{json}");
+
+        drop(held);
+        #[cfg(feature = "hooks")]
+        drop(std_held);
+        release.send(()).unwrap();
+    });
+}
+
+#[test]
+fn a_dump_without_backtraces_has_the_same_green_threads_and_no_frames() {
+    greenweave::run(|| {
+        named("sleep", parks_in_sleep);
+        let_them_park();
+        let dump = greenweave::runtime::dump_without_backtraces();
+        assert_eq!(find(&dump, "sleep").wait_kind(), Some("sleep"));
+        assert!(dump.green_threads().iter().all(|t| t.backtrace().is_none()));
+        assert!(dump.to_json().contains(r#""backtrace":null"#));
+    });
+}
+
+#[test]
+fn receivers_on_one_channel_name_one_address_and_another_channel_another() {
+    greenweave::run(|| {
+        let (_first_sender, first) = greenweave::sync::mpsc::channel::<u8>();
+        let (_second_sender, second) = greenweave::sync::mpsc::channel::<u8>();
+        let first = Rc::new(first);
+        let again = first.clone();
+        named("first a", move || {
+            let _ = first.recv();
+        });
+        named("first b", move || {
+            let _ = again.recv();
+        });
+        named("second", move || parks_in_channel(second));
+        let_them_park();
+        let dump = greenweave::runtime::dump_without_backtraces();
+        let on = |name| find(&dump, name).waiting_on().unwrap();
+        assert_eq!(on("first a"), on("first b"));
+        assert_ne!(on("first a"), on("second"));
+        assert!(
+            on("second").contains("a channel (recv) (at 0x"),
+            "{}",
+            on("second")
+        );
+    });
+}
+
+#[test]
+fn a_parked_green_thread_has_been_parked_at_least_as_long_as_it_waited() {
+    greenweave::run(|| {
+        named("sleep", parks_in_sleep);
+        let ready = named("ready", || {});
+        thread::sleep(Duration::from_millis(30));
+        let dump = greenweave::runtime::dump_without_backtraces();
+        let parked_for = find(&dump, "sleep").parked_for().unwrap();
+        assert!(parked_for >= Duration::from_millis(30), "{parked_for:?}");
+        assert!(find(&dump, "sleep").deadline_in().unwrap() <= LONG);
+        drop(ready);
+    });
+}
+
+#[test]
+fn a_ready_green_thread_is_listed_as_ready_with_the_stack_it_yielded_from() {
+    greenweave::run(|| {
+        #[inline(never)]
+        fn yields_forever() {
+            loop {
+                thread::yield_now();
+            }
+        }
+        let spinner = named("spinner", yields_forever);
+        thread::yield_now();
+        let dump = greenweave::runtime::dump();
+        let spinner_entry = find(&dump, "spinner");
+        assert_eq!(spinner_entry.state(), GreenThreadState::Ready, "{dump}");
+        assert_eq!(spinner_entry.wait_kind(), None);
+        assert!(has_frame(spinner_entry, "yields_forever"), "{dump}");
+        spinner.cancel();
+    });
+}
+
+#[test]
+fn a_lock_cycle_is_reported_as_a_deadlock_while_the_rest_of_the_program_runs() {
+    greenweave::run(|| {
+        let first = Rc::new(Mutex::new(()));
+        let second = Rc::new(Mutex::new(()));
+        let (a1, b1) = (first.clone(), second.clone());
+        let one = named("one", move || {
+            let _a = a1.lock();
+            thread::sleep(Duration::from_millis(5));
+            parks_in_lock_unit(b1);
+        });
+        let (a2, b2) = (first.clone(), second.clone());
+        let two = named("two", move || {
+            let _b = b2.lock();
+            thread::sleep(Duration::from_millis(5));
+            parks_in_lock_unit(a2);
+        });
+        // A bystander waiting for one of them: in a chain, not in the cycle.
+        let third = first.clone();
+        named("bystander", move || parks_in_lock_unit(third));
+        thread::sleep(Duration::from_millis(30));
+        let dump = greenweave::runtime::dump();
+        let (one_id, two_id) = (one.thread().id().as_u64(), two.thread().id().as_u64());
+        assert_eq!(
+            dump.cycles(),
+            [vec![one_id.min(two_id), one_id.max(two_id)]]
+        );
+        assert_eq!(find(&dump, "one").waits_for(), Some(two_id));
+        assert_eq!(find(&dump, "two").waits_for(), Some(one_id));
+        let bystander = find(&dump, "bystander").id();
+        assert_eq!(dump.wait_chain(bystander), [one_id, two_id, one_id]);
+        assert!(
+            has_frame(find(&dump, "one"), "parks_in_lock_unit"),
+            "{dump}"
+        );
+        let text = dump.to_string();
+        assert!(
+            text.contains(&format!(
+                "deadlock: green threads {} -> {}",
+                one_id.min(two_id),
+                one_id.max(two_id)
+            )),
+            "{text}"
+        );
+        assert!(dump.to_json().contains(&format!(
+            r#""cycles":[[{},{}]]"#,
+            one_id.min(two_id),
+            one_id.max(two_id)
+        )));
+        one.cancel();
+        two.cancel();
+    });
+}
+
+#[inline(never)]
+fn parks_in_lock_unit(lock: Rc<Mutex<()>>) {
+    let _guard = lock.lock();
+}
+
+#[test]
+fn a_join_cycle_is_reported_as_a_deadlock() {
+    greenweave::run(|| {
+        let slot: Rc<std::cell::RefCell<Option<thread::JoinHandle<()>>>> = Rc::default();
+        let joined_by_first = slot.clone();
+        let first = named("first", move || {
+            thread::yield_now();
+            let second = joined_by_first.borrow_mut().take().unwrap();
+            parks_in_join(second);
+        });
+        let first_id = first.thread().id().as_u64();
+        let second = named("second", move || parks_in_join(first));
+        let second_id = second.thread().id().as_u64();
+        *slot.borrow_mut() = Some(second);
+        let_them_park();
+        let dump = greenweave::runtime::dump_without_backtraces();
+        assert_eq!(dump.cycles(), [vec![first_id, second_id]], "{dump}");
+        assert_eq!(find(&dump, "second").wait_kind(), Some("join"));
+    });
+}
+
+#[test]
+fn a_generator_a_green_thread_runs_shows_in_its_backtrace() {
+    greenweave::run(|| {
+        let runner = named("runs a generator", || {
+            let mut generator = Coroutine::<(), (), ()>::new(|_, ()| generator_body_parks());
+            let _ = generator.resume(());
+        });
+        let_them_park();
+        let dump = greenweave::runtime::dump();
+        let entry = find(&dump, "runs a generator");
+        assert_eq!(entry.wait_kind(), Some("sleep"));
+        assert!(has_frame(entry, "generator_body_parks"), "{dump}");
+        runner.cancel();
+    });
+}
+
+#[inline(never)]
+fn greenlet_body_parks() {
+    thread::sleep(LONG);
+}
+
+#[test]
+fn a_greenlet_a_green_thread_switched_to_shows_in_its_backtrace() {
+    greenweave::run(|| {
+        let runner = named("runs a greenlet", || {
+            let greenlet = greenweave::greenlet::Greenlet::<()>::new(|()| greenlet_body_parks());
+            greenlet.switch(());
+        });
+        let_them_park();
+        let dump = greenweave::runtime::dump();
+        let entry = find(&dump, "runs a greenlet");
+        assert_eq!(entry.wait_kind(), Some("sleep"));
+        assert!(has_frame(entry, "greenlet_body_parks"), "{dump}");
+        runner.cancel();
+    });
+}
+
+#[test]
+#[should_panic(expected = "outside a green thread")]
+fn a_dump_outside_a_green_thread_panics_saying_where_to_call_it() {
+    greenweave::runtime::dump();
+}
+
+#[test]
+fn dump_on_signal_refuses_a_signal_that_cannot_carry_the_dump() {
+    for signal in [libc::SIGKILL, libc::SIGSEGV, 0, 1000] {
+        let error = Runtime::builder()
+            .dump_on_signal(signal)
+            .build()
+            .unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
+        assert!(error.to_string().contains("dump_on_signal"), "{error}");
+    }
+}
+
+const END: &str = "end of greenweave dump";
+
+#[test]
+fn a_dump_on_a_signal_in_a_child_leaves_it_running_and_exiting_normally() {
+    let outcome = run_in_child(
+        "a_dump_on_a_signal_in_a_child_leaves_it_running_and_exiting_normally",
+        || {
+            let runtime = Runtime::builder()
+                .dump_on_signal(libc::SIGUSR1)
+                .build()
+                .unwrap();
+            let captured = runtime.run(|| {
+                named("signalled sleeper", parks_in_sleep);
+                let_them_park();
+                // The dump goes to stderr: catch it through a pipe on fd 2.
+                let mut fds = [0; 2];
+                // SAFETY: plain descriptor calls on descriptors this test owns.
+                let saved = unsafe {
+                    assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+                    let saved = libc::dup(2);
+                    assert_eq!(libc::dup2(fds[1], 2), 2);
+                    libc::close(fds[1]);
+                    assert_eq!(libc::raise(libc::SIGUSR1), 0);
+                    saved
+                };
+                // SAFETY: the read end is ours, owned by the File from here on.
+                let mut pipe =
+                    unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[0]) };
+                let captured = greenweave::unblock(move || {
+                    let mut text = String::new();
+                    let mut buffer = [0u8; 4096];
+                    while !text.contains(END) {
+                        let read = pipe.read(&mut buffer).unwrap();
+                        assert!(read > 0, "stderr closed before the dump ended: {text}");
+                        text.push_str(&String::from_utf8_lossy(&buffer[..read]));
+                    }
+                    text
+                });
+                // SAFETY: puts the saved stderr back.
+                unsafe {
+                    libc::dup2(saved, 2);
+                    libc::close(saved);
+                }
+                // The program goes on: green threads still run after the dump.
+                let after = thread::spawn(|| 6 * 7).join().unwrap();
+                assert_eq!(after, 42);
+                captured
+            });
+            println!("{captured}");
+            println!("the runtime ended normally");
+            std::process::exit(0);
+        },
+    );
+    assert!(outcome.status.success(), "{}", outcome.describe());
+    assert!(
+        outcome.stdout.contains("the runtime ended normally"),
+        "{}",
+        outcome.describe()
+    );
+    assert!(
+        outcome.stdout.contains("'signalled sleeper'"),
+        "{}",
+        outcome.describe()
+    );
+    assert!(
+        outcome.stdout.contains("parks_in_sleep"),
+        "{}",
+        outcome.describe()
+    );
+}
+
+#[inline(never)]
+fn parks_in_thread_park() {
+    thread::park();
+}
+
+#[test]
+fn a_green_thread_in_thread_park_is_listed_as_parked_in_park() {
+    greenweave::run(|| {
+        let parked = named("park", parks_in_thread_park);
+        let_them_park();
+        let dump = greenweave::runtime::dump();
+        assert_parked(&dump, "park", "park", "parks_in_thread_park");
+        assert!(dump.to_string().contains("thread::park"), "{dump}");
+        parked.thread().unpark();
+        parked.join().unwrap();
+    });
+}
