@@ -210,6 +210,14 @@ impl<I, Y, R> Coroutine<I, Y, R> {
         }
     }
 
+    /// Where the next resume will read first: the saved register frame of a suspended (or
+    /// unstarted) coroutine, for the scheduler to prefetch before it gets there. `None` once it
+    /// has finished.
+    #[inline(always)]
+    pub(crate) fn resume_point(&self) -> Option<usize> {
+        self.state.target().map(StackPointer::addr)
+    }
+
     /// Creates a coroutine that will run `body` on a default-size stack
     /// ([`Stack::DEFAULT_SIZE`]) from this thread's pool. Nothing runs until the first
     /// [`resume`](Coroutine::resume).

@@ -210,6 +210,15 @@ pub(super) fn executable_tls_block(size: usize, align: usize) -> core::ops::Rang
     tp..tp.saturating_add(16 + align + size)
 }
 
+#[inline(always)]
+pub(super) fn prefetch(addr: usize) {
+    // SAFETY: `prfm` is a hint (Arm ARM: a prefetch never generates a synchronous abort), so
+    // any address is sound; it writes no register, memory or flags.
+    unsafe {
+        core::arch::asm!("prfm pldl1keep, [{}]", in(reg) addr, options(nostack, preserves_flags, readonly))
+    };
+}
+
 pub(super) fn valgrind_client_request(default: usize, args: &[usize; 6]) -> usize {
     let result: usize;
     // SAFETY: this is valgrind.h's arm64 client-request sequence. The rotations of x12 total

@@ -301,6 +301,13 @@ pub(crate) fn executable_tls_block(size: usize, align: usize) -> core::ops::Rang
     imp::executable_tls_block(size, align)
 }
 
+/// Asks the cache to fetch the line holding `addr` for reading, without waiting for it: a
+/// hint, never a fault (an unmapped or stale address is ignored by the hardware).
+#[inline(always)]
+pub(crate) fn prefetch(addr: usize) {
+    imp::prefetch(addr)
+}
+
 /// Issues a Valgrind client request (`args[0]` is the request code); returns `default` when
 /// the program is not running under Valgrind. The instruction sequence is a no-op on hardware.
 pub(crate) fn valgrind_client_request(default: usize, args: &[usize; 6]) -> usize {

@@ -213,6 +213,15 @@ pub(super) fn executable_tls_block(size: usize, align: usize) -> core::ops::Rang
     tp.saturating_sub(below)..tp
 }
 
+#[inline(always)]
+pub(super) fn prefetch(addr: usize) {
+    // SAFETY: `prefetcht0` is a hint: it reads nothing architecturally and never faults, even
+    // for an unmapped address, so any value of `addr` is sound. SSE is in the x86_64 baseline.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
+    };
+}
+
 pub(super) fn valgrind_client_request(default: usize, args: &[usize; 6]) -> usize {
     let result: usize;
     // SAFETY: this is valgrind.h's x86_64 client-request sequence. The rotations of rdi total

@@ -81,6 +81,16 @@ impl<T> Ring<T> {
         Some(value)
     }
 
+    /// The value `offset` places behind the front, if there is one.
+    #[inline(always)]
+    pub(crate) fn get(&self, offset: usize) -> Option<&T> {
+        if offset >= self.len {
+            return None;
+        }
+        // SAFETY: the first `len` slots from the front hold values; `offset` is below it.
+        Some(unsafe { self.slots[(self.head + offset) & self.mask].assume_init_ref() })
+    }
+
     /// The values, front to back.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
         (0..self.len).map(move |offset| {

@@ -23,6 +23,19 @@ use crate::thread::park::Parker;
 use super::locals::TableHome;
 use super::reactor::{Interest, ScheduledIo};
 
+/// The cache line size assumed by the scheduler's prefetches (64 bytes on the x86_64 and
+/// aarch64 cores we run on; a wrong guess only makes a hint less useful).
+const CACHE_LINE: usize = 64;
+
+/// Lines of a task record prefetched ahead of its turn.
+const RECORD_LINES_PREFETCHED: usize = 4;
+
+/// Lines from a suspended task's saved stack pointer prefetched ahead of its turn: the saved
+/// registers (56 bytes on x86_64, 160 on aarch64) and the frames a resume returns through. A
+/// green thread parked in a socket read resumes through about 700 bytes of frames (the switch,
+/// `Source::park_until`, `Source::do_io`, the `Read` impl) before its own code; a yield, less.
+const RESUME_LINES_PREFETCHED: usize = 12;
+
 /// Why a parked green thread was woken; what `park` returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Wake {
@@ -337,6 +350,31 @@ impl Task {
         // Handles of the green thread that ran in this allocation keep their own parker, whose
         // key names that thread: an unpark through one finds it gone and does nothing.
         *self.parker.get_mut() = None;
+    }
+
+    /// Prefetches this task's record: what running it reads first (state, wake, coroutine).
+    #[inline(always)]
+    pub(crate) fn prefetch_record(&self) {
+        let start = self as *const Task as usize;
+        // The record's hot fields lie in its first lines; the rest (result, locals) is read
+        // only at the ends of a green thread's life.
+        for line in 0..RECORD_LINES_PREFETCHED {
+            crate::arch::prefetch(start + line * CACHE_LINE);
+        }
+    }
+
+    /// Prefetches the register frame this task's coroutine resumes from and the frames just
+    /// above it, the first stack memory a switch to it touches.
+    #[inline(always)]
+    pub(crate) fn prefetch_resume_frame(&self) {
+        let Ok(coroutine) = self.coroutine.try_borrow() else {
+            return;
+        };
+        if let Some(frame) = coroutine.as_ref().and_then(|coroutine| coroutine.resume_point()) {
+            for line in 0..RESUME_LINES_PREFETCHED {
+                crate::arch::prefetch(frame + line * CACHE_LINE);
+            }
+        }
     }
 
     /// Gives up on a task whose runtime is ending while it is still unfinished (shutdown could
