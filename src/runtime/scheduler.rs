@@ -1040,6 +1040,10 @@ impl Scheduler {
             .io_polled(ready, timeout != Some(Duration::ZERO));
         self.coarse_now.set(Instant::now());
         for (task, park) in woken.drain(..) {
+            // Its record is in cache now (the reactor found it through it); ask for the stack
+            // lines it resumes through too, so that a batch of wake-ups fetches them all at
+            // once instead of one after another as each runs.
+            task.prefetch_resume_frame();
             self.unpark(task, park, Wake::Notified);
         }
         self.woken_by_poll.set(woken);
