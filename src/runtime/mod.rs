@@ -33,8 +33,8 @@ use std::time::Duration;
 
 use crate::stack::Stack;
 
-pub use metrics::{ParkReason, RuntimeMetrics};
 pub use dump::{Dump, Frame, GreenThread, GreenThreadState, dump, dump_without_backtraces};
+pub use metrics::{ParkReason, RuntimeMetrics};
 
 /// Runs `main` as the first green thread of a new runtime on the current OS thread and
 /// returns its value.

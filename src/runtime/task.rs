@@ -370,7 +370,10 @@ impl Task {
         let Ok(coroutine) = self.coroutine.try_borrow() else {
             return;
         };
-        if let Some(frame) = coroutine.as_ref().and_then(|coroutine| coroutine.resume_point()) {
+        if let Some(frame) = coroutine
+            .as_ref()
+            .and_then(|coroutine| coroutine.resume_point())
+        {
             for line in 0..RESUME_LINES_PREFETCHED {
                 crate::arch::prefetch(frame + line * CACHE_LINE);
             }
