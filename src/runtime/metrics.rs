@@ -30,7 +30,7 @@ use super::task::Wait;
 /// ```
 /// use greenweave::runtime::ParkReason;
 ///
-/// assert_eq!(ParkReason::ALL.len(), 10);
+/// assert_eq!(ParkReason::ALL.len(), 11);
 /// assert!(ParkReason::ALL.contains(&ParkReason::Sleep));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
