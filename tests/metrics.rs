@@ -109,10 +109,12 @@ fn parks_are_counted_by_the_reason_of_each_wait() {
     // the metrics), the receiver's 2 (a park, its end) and the writer's 1 (its end: its send
     // never parks).
     assert_eq!(metrics.worker_poll_count(0), 6 + 2 + 1);
-    // The read's readiness event and the blocking polls of the sleep, the unblock and the read.
+    // The read's readiness event, and the blocking polls of the unblock and the read (the
+    // sleep's too, unless its millisecond had passed by the time the worker looked, as it can
+    // under qemu: then the timer fires without a wait).
     assert_eq!(metrics.worker_io_ready_count(0), 1);
     assert_eq!(metrics.io_driver_ready_count(), 1);
-    assert!(metrics.worker_park_count(0) >= 3);
+    assert!(metrics.worker_park_count(0) >= 2);
     assert!(metrics.worker_io_poll_count(0) >= metrics.worker_park_count(0));
 }
 

@@ -465,7 +465,8 @@ impl RuntimeMetrics {
     ///
     /// ```
     /// let metrics = greenweave::run(|| {
-    ///     greenweave::thread::sleep(std::time::Duration::from_millis(1));
+    ///     // The only green thread waits for another OS thread: the worker waits in epoll_wait.
+    ///     greenweave::unblock(|| ());
     ///     greenweave::runtime::metrics()
     /// });
     /// assert!(metrics.worker_park_count(0) >= 1);
@@ -534,7 +535,8 @@ impl RuntimeMetrics {
     ///
     /// ```
     /// let metrics = greenweave::run(|| {
-    ///     greenweave::thread::sleep(std::time::Duration::from_millis(1));
+    ///     // The only green thread waits for another OS thread: the worker polls for it.
+    ///     greenweave::unblock(|| ());
     ///     greenweave::runtime::metrics()
     /// });
     /// assert!(metrics.worker_io_poll_count(0) >= 1);
