@@ -64,10 +64,13 @@ impl<V: 'static> Iterator for Genlet<V> {
 /// Dropping the last handle of a suspended greenlet would do that by itself, but a suspended
 /// generator is not always held by this handle alone: while it waits in `yield_value`, its
 /// stack holds a handle to its asker, and when the asker is a generator that holds it in
-/// turn (`primes` below), the two keep each other alive. So the kill is explicit.
+/// turn (`primes` below), the two keep each other alive. So the kill is explicit, except while
+/// this thread unwinds (a generator being closed drops the generators it draws from): a
+/// greenlet does not switch while unwinding, so `throw` would be refused, and the handle this
+/// drop lets go is the inner generator's last, which kills it as it goes.
 impl<V: 'static> Drop for Genlet<V> {
     fn drop(&mut self) {
-        if self.greenlet.is_active() {
+        if self.greenlet.is_active() && !std::thread::panicking() {
             // The generator's result (a `None`) comes back here rather than to its last asker.
             let _ = self.greenlet.set_parent(&greenlet::current());
             self.greenlet.throw();
