@@ -195,10 +195,7 @@ impl fmt::Display for Wait {
                 "waiting on the futex at {address:#x} (a std or parking_lot lock, condvar, \
                  channel or thread::park), which any OS thread may wake"
             ),
-            Wait::Park => write!(
-                f,
-                "in greenweave::thread::park, with no Thread handle left to unpark it"
-            ),
+            Wait::Park => write!(f, "in greenweave::thread::park, until a Thread::unpark"),
             Wait::Lock { what, .. } => write!(f, "waiting on {what}"),
         }
     }
