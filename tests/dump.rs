@@ -162,6 +162,18 @@ fn a_dump_names_each_kind_of_wait_and_a_frame_of_each_green_threads_own_code() {
             named("futex", move || parks_in_futex(std_lock));
         }
         let_them_park();
+        // Worker 1 is another OS thread: under Valgrind (one thread at a time) its green thread
+        // may not have reached its sleep yet. Look again until it has, as slow as it may be.
+        for _ in 0..6000 {
+            let parked = greenweave::runtime::dump_without_backtraces()
+                .green_threads()
+                .iter()
+                .any(|thread| thread.worker() == 1 && thread.wait_kind() == Some("sleep"));
+            if parked {
+                break;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
 
         let dump = greenweave::runtime::dump();
         let me = thread::current().id().as_u64();
