@@ -27,11 +27,8 @@ use std::time::{Duration, Instant};
 use greenweave::Runtime;
 use greenweave::thread::{self, Thread};
 
-/// A case: runs `n` round trips (after one untimed one) and returns how long they took.
-struct Case {
-    id: &'static str,
-    run: fn(u64) -> Duration,
-}
+mod round_trip_driver;
+use round_trip_driver::Case;
 
 const CASES: &[Case] = &[
     Case {
@@ -202,50 +199,6 @@ fn round_trips(id: &str) -> u64 {
     }
 }
 
-const ROUNDS: usize = 9;
-
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let full = args.iter().any(|arg| arg == "--bench");
-    let args: Vec<&String> = args.iter().filter(|arg| *arg != "--bench").collect();
-    if let [id, iterations] = args.as_slice() {
-        let Some(case) = CASES.iter().find(|case| case.id == id.as_str()) else {
-            eprintln!("park: no case named {id:?}");
-            return ExitCode::from(2);
-        };
-        let Ok(iterations) = iterations.parse::<u64>() else {
-            eprintln!("park: {iterations:?} is not a whole number of round trips");
-            return ExitCode::from(2);
-        };
-        let elapsed = (case.run)(iterations);
-        println!("{id}: {iterations} round trips in {elapsed:?}");
-        return ExitCode::SUCCESS;
-    }
-    if !full {
-        for case in CASES {
-            (case.run)(10);
-            println!("ran {} x10", case.id);
-        }
-        return ExitCode::SUCCESS;
-    }
-    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); CASES.len()];
-    for _ in 0..ROUNDS {
-        for (case, samples) in CASES.iter().zip(&mut samples) {
-            let n = round_trips(case.id);
-            let elapsed = (case.run)(n);
-            samples.push(elapsed.as_nanos() as f64 / n as f64);
-        }
-    }
-    println!("ns per round trip, median of {ROUNDS} rounds (min..max):");
-    for (case, samples) in CASES.iter().zip(&mut samples) {
-        samples.sort_by(f64::total_cmp);
-        println!(
-            "{:<24} {:>10.1}   ({:.1}..{:.1})",
-            case.id,
-            samples[ROUNDS / 2],
-            samples[0],
-            samples[ROUNDS - 1]
-        );
-    }
-    ExitCode::SUCCESS
+    round_trip_driver::main("park", CASES, round_trips)
 }
