@@ -433,24 +433,36 @@ fn clock_reached(clock: libc::clockid_t, deadline: &libc::timespec) -> bool {
 fn libc_clock_nanosleep_with_timer_abstime_parks_until_the_deadline_on_that_clock() {
     for clock in [libc::CLOCK_MONOTONIC, libc::CLOCK_REALTIME] {
         greenweave::run(move || {
-            let deadline = clock_after(clock, Duration::from_millis(20));
-            let (parked, result) = parks(|| {
-                // SAFETY: a live timespec; no remainder is asked for.
-                unsafe {
-                    libc::clock_nanosleep(
-                        clock,
-                        libc::TIMER_ABSTIME,
-                        &deadline,
-                        std::ptr::null_mut(),
-                    )
+            // A deadline that passed before the call returns at once, as it should, and shows
+            // nothing about parking: under Valgrind on a loaded machine even 100 ms can pass
+            // between taking the deadline and the call. Such a try is made again, longer.
+            for wait in [100, 1_000, 10_000].map(Duration::from_millis) {
+                let deadline = clock_after(clock, wait);
+                let (parked, (ahead_at_call, result)) = parks(|| {
+                    let ahead_at_call = !clock_reached(clock, &deadline);
+                    // SAFETY: a live timespec; no remainder is asked for.
+                    let result = unsafe {
+                        libc::clock_nanosleep(
+                            clock,
+                            libc::TIMER_ABSTIME,
+                            &deadline,
+                            std::ptr::null_mut(),
+                        )
+                    };
+                    (ahead_at_call, result)
+                });
+                assert_eq!(result, 0);
+                assert!(
+                    clock_reached(clock, &deadline),
+                    "clock {clock} reached the deadline"
+                );
+                if !parked && !ahead_at_call {
+                    continue;
                 }
-            });
-            assert_eq!(result, 0);
-            assert!(parked, "clock {clock} let another green thread run");
-            assert!(
-                clock_reached(clock, &deadline),
-                "clock {clock} reached the deadline"
-            );
+                assert!(parked, "clock {clock} let another green thread run");
+                return;
+            }
+            panic!("clock {clock}: every deadline had passed before its call was made");
         });
     }
 }
@@ -1153,17 +1165,25 @@ fn a_std_read_in_a_time_timeout_scope_that_elapses_fails_with_timed_out() {
         let error = result.unwrap().unwrap_err();
         assert_eq!(error.kind(), std::io::ErrorKind::TimedOut);
         assert_eq!(error.raw_os_error(), Some(libc::ETIMEDOUT));
-        // A body that parks after the failed read is ended there: Elapsed.
+        // A body that parks after the failed read is ended there: Elapsed. The read fails only
+        // once the deadline has passed, so the park after it ends the scope at once; its sleep
+        // is long, so that a read that failed too soon shows in the log, not as a sleep that
+        // happened to outlast the deadline.
         let log = Log::default();
-        let result = greenweave::time::timeout(Duration::from_millis(20), || {
+        let deadline = Instant::now() + Duration::from_millis(20);
+        let result = greenweave::time::timeout_at(deadline, || {
             let read = near.read(&mut [0; 8]);
-            log.push("read returned");
-            greenweave::thread::sleep(Duration::from_millis(1));
+            log.push(if Instant::now() >= deadline {
+                "read failed at the deadline"
+            } else {
+                "read failed before the deadline"
+            });
+            greenweave::thread::sleep(Duration::from_secs(60));
             log.push("ran past its next park");
             read
         });
-        assert!(result.is_err(), "{result:?}");
-        assert_eq!(log.events(), ["read returned"]);
+        assert!(result.is_err(), "{result:?}, {:?}", log.events());
+        assert_eq!(log.events(), ["read failed at the deadline"]);
         // A std sleep in a scope returns early, and the scope ends at the next park.
         let started = Instant::now();
         let result = greenweave::time::timeout(Duration::from_millis(20), || {
