@@ -12,6 +12,7 @@ mod common;
 
 use std::io::Read;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::run_in_child;
@@ -65,7 +66,8 @@ fn parks_in_scope() {
 fn parks_in_select(receiver: greenweave::sync::mpsc::Receiver<u8>) {
     let mut select = greenweave::sync::select::Select::new();
     select.recv(&receiver);
-    let _ = select.select();
+    // Completed as a selected receive must be: when the test ends, the sender's drop selects it.
+    let _ = select.select().recv(&receiver);
 }
 
 #[inline(never)]
@@ -212,6 +214,12 @@ fn a_dump_names_each_kind_of_wait_and_a_frame_of_each_green_threads_own_code() {
             .unwrap_or_else(|| panic!("nothing from worker 1:\n{dump}"));
         assert_eq!(remote_sleeper.wait_kind(), Some("sleep"));
         assert!(has_frame(remote_sleeper, "parks_in_sleep"), "{dump}");
+        // Its joiner on worker 0 names it: an edge across workers.
+        assert_eq!(
+            find(&dump, "other worker").waits_for(),
+            Some(remote_sleeper.id()),
+            "{dump}"
+        );
         // The scope's green thread names the scope's owner as its parent.
         let scope_id = find(&dump, "scope").id();
         assert!(
@@ -395,6 +403,70 @@ fn a_join_cycle_is_reported_as_a_deadlock() {
         let dump = greenweave::runtime::dump_without_backtraces();
         assert_eq!(dump.cycles(), [vec![first_id, second_id]], "{dump}");
         assert_eq!(find(&dump, "second").wait_kind(), Some("join"));
+    });
+}
+
+#[test]
+fn a_join_cycle_across_workers_is_reported_as_a_deadlock() {
+    let runtime = Runtime::builder().workers(2).build().unwrap();
+    runtime.run(|| {
+        // The green thread on worker 0 joins the one on worker 1, which joins it back: the
+        // second's handle reaches the first through a slot both can see.
+        let slot: Arc<std::sync::Mutex<Option<thread::RemoteJoinHandle<()>>>> = Arc::default();
+        let from_slot = slot.clone();
+        let on_worker_0 = thread::Builder::new()
+            .name("on worker 0".into())
+            .spawn_on(0, move || {
+                let other = loop {
+                    if let Some(handle) = from_slot.lock().unwrap().take() {
+                        break handle;
+                    }
+                    thread::sleep(Duration::from_millis(1));
+                };
+                let _ = other.join();
+            })
+            .unwrap();
+        let on_worker_1 = thread::Builder::new()
+            .name("on worker 1".into())
+            .spawn_on(1, move || {
+                let _ = on_worker_0.join();
+            })
+            .unwrap();
+        *slot.lock().unwrap() = Some(on_worker_1);
+        // However slow the machine, both end up parked in their joins: look until they have.
+        let mut looks = 0;
+        let dump = loop {
+            let dump = greenweave::runtime::dump_without_backtraces();
+            if !dump.cycles().is_empty() || looks == 10_000 {
+                break dump;
+            }
+            looks += 1;
+            thread::sleep(Duration::from_millis(1));
+        };
+        let first = find(&dump, "on worker 0");
+        let second = find(&dump, "on worker 1");
+        assert_eq!((first.worker(), second.worker()), (0, 1), "{dump}");
+        assert_eq!(first.wait_kind(), Some("other_worker"), "{dump}");
+        assert_eq!(first.waits_for(), Some(second.id()), "{dump}");
+        assert_eq!(second.waits_for(), Some(first.id()), "{dump}");
+        let mut cycles = dump.cycles().to_vec();
+        for cycle in &mut cycles {
+            cycle.sort_unstable();
+        }
+        let mut expected = vec![first.id(), second.id()];
+        expected.sort_unstable();
+        assert_eq!(cycles, [expected], "{dump}");
+        let text = dump.to_string();
+        let edge = format!("joining green thread {} on worker 1", second.id());
+        assert!(text.contains(&edge), "{edge:?} missing from:\n{text}");
+        let json = dump.to_json();
+        assert!(
+            json.contains(&format!(
+                r#""other_worker":1,"green_thread":{}"#,
+                second.id()
+            )),
+            "{json}"
+        );
     });
 }
 

@@ -490,7 +490,11 @@ enum WaitRecord {
     },
     Scope(usize),
     Select(SelectWait),
-    OtherWorker(usize),
+    /// Joining green thread `green_thread` (0: not spawned yet) on worker `worker`.
+    OtherWorker {
+        worker: usize,
+        green_thread: u64,
+    },
     Shared(&'static str),
     Futex(usize),
     Lock {
@@ -511,7 +515,16 @@ impl WaitRecord {
             Wait::Sync { what, address } => WaitRecord::Sync { what, address },
             Wait::Scope(running) => WaitRecord::Scope(running),
             Wait::Select(select) => WaitRecord::Select(select),
-            Wait::OtherWorker(worker) => WaitRecord::OtherWorker(worker),
+            Wait::OtherWorker {
+                worker,
+                green_thread,
+            } => WaitRecord::OtherWorker {
+                worker,
+                // SAFETY: the handle's cell outlives the park that names it
+                // (`Wait::OtherWorker`); it is atomic, so reading it here while the target
+                // worker stores the id is sound.
+                green_thread: unsafe { (*green_thread).load(Ordering::Relaxed) },
+            },
             Wait::Shared(what) => WaitRecord::Shared(what),
             Wait::Futex(address) => WaitRecord::Futex(address),
             Wait::Park => WaitRecord::Park,
@@ -534,7 +547,7 @@ impl WaitRecord {
             WaitRecord::Sync { .. } => "sync",
             WaitRecord::Scope(_) => "scope",
             WaitRecord::Select(_) => "select",
-            WaitRecord::OtherWorker(_) => "other_worker",
+            WaitRecord::OtherWorker { .. } => "other_worker",
             WaitRecord::Shared(_) => "shared",
             WaitRecord::Futex(_) => "futex",
             WaitRecord::Park => "park",
@@ -542,10 +555,12 @@ impl WaitRecord {
         }
     }
 
-    /// The green thread this wait can only be ended by (a join, a lock's holder).
+    /// The green thread this wait can only be ended by (a join, on this worker or another, a
+    /// lock's holder).
     fn waits_for(&self) -> Option<u64> {
         match *self {
             WaitRecord::Join(id) => Some(id),
+            WaitRecord::OtherWorker { green_thread, .. } if green_thread != 0 => Some(green_thread),
             WaitRecord::Lock { holder, .. } if holder != 0 => Some(holder),
             _ => None,
         }
@@ -567,7 +582,21 @@ impl fmt::Display for WaitRecord {
             }
             WaitRecord::Scope(running) => Wait::Scope(running),
             WaitRecord::Select(select) => Wait::Select(select),
-            WaitRecord::OtherWorker(worker) => Wait::OtherWorker(worker),
+            WaitRecord::OtherWorker {
+                worker,
+                green_thread: 0,
+            } => {
+                return write!(
+                    f,
+                    "joining a green thread spawned on worker {worker} (not started yet)"
+                );
+            }
+            WaitRecord::OtherWorker {
+                worker,
+                green_thread,
+            } => {
+                return write!(f, "joining green thread {green_thread} on worker {worker}");
+            }
             WaitRecord::Shared(what) => Wait::Shared(what),
             WaitRecord::Futex(address) => Wait::Futex(address),
             WaitRecord::Park => {
@@ -711,8 +740,9 @@ impl GreenThread {
         self.wait.as_ref().map(ToString::to_string)
     }
 
-    /// The green thread whose progress alone can end this one's wait: the one it joins, or the
-    /// holder of the lock it waits for. The edges of the dump's wait-for graph.
+    /// The green thread whose progress alone can end this one's wait: the one it joins (on
+    /// this worker or, once that worker has spawned it, on another), or the holder of the lock
+    /// it waits for. The edges of the dump's wait-for graph.
     ///
     /// ```
     /// greenweave::run(|| {
@@ -960,7 +990,7 @@ impl Dump {
     /// `green_threads` (each with `id`, `name`, `worker`, `state`, `parent`, `wait` (`kind`,
     /// `description` and the kind's own fields: `fd` and `interest`; `joins`; `lock`,
     /// `address` and `holder`; `primitive` and `address` (a channel, condvar, event...);
-    /// `futex`; `running` (a scope); `other_worker`), `parked_for_ms`, `deadline_in_ms`,
+    /// `futex`; `running` (a scope); `other_worker` and `green_thread` (a join on another worker)), `parked_for_ms`, `deadline_in_ms`,
     /// `waits_for`, `backtrace` (`symbol`, `location`)) and `cycles`.
     ///
     /// ```
@@ -1048,8 +1078,12 @@ impl GreenThread {
                     WaitRecord::Scope(running) => {
                         let _ = write!(out, ",\"running\":{running}");
                     }
-                    WaitRecord::OtherWorker(worker) => {
-                        let _ = write!(out, ",\"other_worker\":{worker}");
+                    WaitRecord::OtherWorker {
+                        worker,
+                        green_thread,
+                    } => {
+                        let _ = write!(out, ",\"other_worker\":{worker},\"green_thread\":");
+                        json_option(out, (green_thread != 0).then_some(green_thread));
                     }
                     _ => {}
                 }

@@ -92,7 +92,7 @@ impl ParkReason {
             Wait::Sync { .. } | Wait::Lock { .. } => ParkReason::Sync,
             Wait::Scope(_) => ParkReason::Scope,
             Wait::Select(_) => ParkReason::Select,
-            Wait::OtherWorker(_) => ParkReason::OtherWorker,
+            Wait::OtherWorker { .. } => ParkReason::OtherWorker,
             Wait::Shared(_) => ParkReason::Shared,
             Wait::Futex(_) => ParkReason::Futex,
             Wait::Park => ParkReason::Park,

@@ -14,6 +14,7 @@ use std::os::fd::RawFd;
 use std::ptr::{self, NonNull};
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use crate::coroutine::{Coroutine, Yielder};
@@ -71,9 +72,15 @@ pub(crate) enum Wait {
     Scope(usize),
     /// A `sync::select` over several operations at once.
     Select(SelectWait),
-    /// Joining a `thread::spawn_on` green thread on this worker of the same runtime: woken by
-    /// a job from that worker, which the runtime-wide deadlock verdict counts.
-    OtherWorker(usize),
+    /// Joining a `thread::spawn_on` green thread on worker `worker` of the same runtime: woken
+    /// by a job from that worker, which the runtime-wide deadlock verdict counts. Its id is in
+    /// the handle's cell at `green_thread` (0 until that worker has spawned it), which lives at
+    /// least as long as this park (the parked green thread borrows the handle); read only by
+    /// `runtime::dump`.
+    OtherWorker {
+        worker: usize,
+        green_thread: *const AtomicU64,
+    },
     /// An end of a `sync::shared` channel: the other end is `Send` and may be on another OS
     /// thread, so another OS thread may end this wait (a send, a receive, the other end's
     /// drop).
@@ -183,7 +190,7 @@ impl fmt::Display for Wait {
                 "waiting in thread::scope for {running} green threads spawned in it"
             ),
             Wait::Select(select) => select.fmt(f),
-            Wait::OtherWorker(worker) => {
+            Wait::OtherWorker { worker, .. } => {
                 write!(f, "joining a green thread spawned on worker {worker}")
             }
             Wait::Shared(what) => write!(

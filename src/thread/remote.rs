@@ -13,6 +13,7 @@
 
 use std::fmt;
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -150,12 +151,17 @@ impl Builder {
                 return Err(error);
             }
         };
+        let shared = completion.shared.clone();
         let body = move |task: &Task| {
             let result = run_green_body(task, f);
             completion.complete(result);
         };
         let name = self.name.map(String::into_boxed_str);
-        scheduler.spawn_task(name, stack, body);
+        let task = scheduler.spawn_task(name, stack, body);
+        if let Some(shared) = shared {
+            // Relaxed: the id is only shown (by `runtime::dump`), nothing is published with it.
+            shared.green_thread.store(task.id, Ordering::Relaxed);
+        }
         Ok(())
     }
 }
@@ -247,7 +253,11 @@ impl<T> RemoteJoinHandle<T> {
         // workers: the deadlock report may count this wait as one only a green thread can end.
         // From another runtime, the wake-up comes from another OS thread.
         let wait = if same_runtime {
-            Wait::OtherWorker(self.worker)
+            Wait::OtherWorker {
+                worker: self.worker,
+                // Read by the dump, which may come before the target worker has spawned it.
+                green_thread: &raw const self.shared.green_thread,
+            }
         } else {
             Wait::Remote("a green thread of another runtime")
         };
@@ -325,6 +335,10 @@ impl<T> fmt::Debug for RemoteJoinHandle<T> {
 /// What a `spawn_on` green thread and its handle share.
 struct Shared<T> {
     state: Mutex<SharedState<T>>,
+    /// The green thread's id once its worker has spawned it (0 until then), so that a join
+    /// can name the green thread it waits for (`runtime::dump`'s wait-for edges across
+    /// workers). Written once, on the target worker, before the green thread first runs.
+    green_thread: AtomicU64,
 }
 
 struct SharedState<T> {
@@ -351,6 +365,7 @@ impl<T> Shared<T> {
                 result: None,
                 waiter: None,
             }),
+            green_thread: AtomicU64::new(0),
         }
     }
 
