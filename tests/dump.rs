@@ -406,6 +406,81 @@ fn a_join_cycle_is_reported_as_a_deadlock() {
     });
 }
 
+#[inline(never)]
+fn waits_in_a_scope_holding_a_lock_its_green_thread_wants(lock: &Mutex<u8>) {
+    let _held = lock.lock().unwrap();
+    let sleeper = named("sleeper", parks_in_sleep);
+    thread::scope(|scope| {
+        // Spawned first, and waits for a green thread too, but ends once that one does: not
+        // the edge the dump should give.
+        thread::Builder::new()
+            .name("scope bystander".into())
+            .spawn_scoped(scope, move || parks_in_join(sleeper))
+            .unwrap();
+        thread::Builder::new()
+            .name("scope locker".into())
+            .spawn_scoped(scope, || drop(lock.lock()))
+            .unwrap();
+    });
+}
+
+#[test]
+fn a_scope_waiting_for_a_green_thread_that_waits_for_it_is_reported_as_a_deadlock() {
+    greenweave::run(|| {
+        let owner = named("scope owner", || {
+            waits_in_a_scope_holding_a_lock_its_green_thread_wants(&Mutex::new(0));
+        });
+        let calm = named("calm scope", || {
+            thread::scope(|scope| {
+                thread::Builder::new()
+                    .name("calm child".into())
+                    .spawn_scoped(scope, parks_in_sleep)
+                    .unwrap();
+            });
+        });
+        let_them_park();
+        let dump = greenweave::runtime::dump_without_backtraces();
+        let owner_id = find(&dump, "scope owner").id();
+        let locker_id = find(&dump, "scope locker").id();
+        assert_eq!(
+            find(&dump, "scope owner").wait_kind(),
+            Some("scope"),
+            "{dump}"
+        );
+        // Of the scope's two green threads, the edge is the one on the cycle.
+        assert_eq!(
+            find(&dump, "scope owner").waits_for(),
+            Some(locker_id),
+            "{dump}"
+        );
+        assert_eq!(
+            find(&dump, "scope locker").waits_for(),
+            Some(owner_id),
+            "{dump}"
+        );
+        assert_eq!(dump.cycles(), [vec![owner_id, locker_id]], "{dump}");
+        // A scope off any cycle still has an edge, to its green thread, and is no deadlock.
+        let calm_child = find(&dump, "calm child").id();
+        assert_eq!(
+            find(&dump, "calm scope").waits_for(),
+            Some(calm_child),
+            "{dump}"
+        );
+        let sleeper = find(&dump, "sleeper").id();
+        assert_eq!(
+            find(&dump, "scope bystander").waits_for(),
+            Some(sleeper),
+            "{dump}"
+        );
+        assert!(
+            dump.to_json()
+                .contains(&format!(r#""waits_for":{locker_id}"#))
+        );
+        owner.cancel();
+        calm.cancel();
+    });
+}
+
 #[test]
 fn a_join_cycle_across_workers_is_reported_as_a_deadlock() {
     let runtime = Runtime::builder().workers(2).build().unwrap();

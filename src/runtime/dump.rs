@@ -30,6 +30,7 @@
 //! write one byte in the signal handler (everything else happens on the watcher thread).
 
 use std::backtrace::Backtrace;
+use std::collections::HashMap;
 use std::fmt::{self, Write as _};
 use std::io::{self, Write as _};
 use std::os::fd::RawFd;
@@ -180,6 +181,7 @@ fn collect_answers(answers: mpsc::Receiver<Answer>, expected: usize) -> Dump {
     }
     // Slots are reused, so a worker's part is only nearly in id order.
     threads.sort_unstable_by_key(|thread| thread.id);
+    choose_scope_edges(&mut threads);
     let cycles = find_cycles(&threads);
     Dump {
         workers: expected,
@@ -245,6 +247,7 @@ fn describe(task: &Task, worker: usize, now: Instant, backtraces: bool) -> Green
         parked_for,
         deadline_in,
         parent: (parent != 0).then_some(parent),
+        in_scope: task.scope.get(),
         backtrace,
     }
 }
@@ -330,6 +333,9 @@ pub struct GreenThread {
     parked_for: Option<Duration>,
     deadline_in: Option<Duration>,
     parent: Option<u64>,
+    /// The address of the `thread::scope` it was spawned in (0: none); internal, to find a
+    /// scope's green threads.
+    in_scope: usize,
     backtrace: Option<Box<Frames>>,
 }
 
@@ -488,7 +494,13 @@ enum WaitRecord {
         what: &'static str,
         address: usize,
     },
-    Scope(usize),
+    /// `thread::scope` waiting for `running` green threads spawned in the scope at `scope`;
+    /// `child` is the one of them the dump gives as this wait's edge (0: none listed).
+    Scope {
+        running: usize,
+        scope: usize,
+        child: u64,
+    },
     Select(SelectWait),
     /// Joining green thread `green_thread` (0: not spawned yet) on worker `worker`.
     OtherWorker {
@@ -513,7 +525,12 @@ impl WaitRecord {
             Wait::Join(id) => WaitRecord::Join(id),
             Wait::Remote(what) => WaitRecord::Remote(what),
             Wait::Sync { what, address } => WaitRecord::Sync { what, address },
-            Wait::Scope(running) => WaitRecord::Scope(running),
+            // The edge is chosen once every green thread is listed (`choose_scope_edges`).
+            Wait::Scope { running, scope } => WaitRecord::Scope {
+                running,
+                scope,
+                child: 0,
+            },
             Wait::Select(select) => WaitRecord::Select(select),
             Wait::OtherWorker {
                 worker,
@@ -545,7 +562,7 @@ impl WaitRecord {
             WaitRecord::Join(_) => "join",
             WaitRecord::Remote(_) => "remote",
             WaitRecord::Sync { .. } => "sync",
-            WaitRecord::Scope(_) => "scope",
+            WaitRecord::Scope { .. } => "scope",
             WaitRecord::Select(_) => "select",
             WaitRecord::OtherWorker { .. } => "other_worker",
             WaitRecord::Shared(_) => "shared",
@@ -561,6 +578,7 @@ impl WaitRecord {
         match *self {
             WaitRecord::Join(id) => Some(id),
             WaitRecord::OtherWorker { green_thread, .. } if green_thread != 0 => Some(green_thread),
+            WaitRecord::Scope { child, .. } if child != 0 => Some(child),
             WaitRecord::Lock { holder, .. } if holder != 0 => Some(holder),
             _ => None,
         }
@@ -580,7 +598,7 @@ impl fmt::Display for WaitRecord {
                     address => write!(f, "waiting on {what} (at {address:#x})"),
                 };
             }
-            WaitRecord::Scope(running) => Wait::Scope(running),
+            WaitRecord::Scope { running, scope, .. } => Wait::Scope { running, scope },
             WaitRecord::Select(select) => Wait::Select(select),
             WaitRecord::OtherWorker {
                 worker,
@@ -741,8 +759,10 @@ impl GreenThread {
     }
 
     /// The green thread whose progress alone can end this one's wait: the one it joins (on
-    /// this worker or, once that worker has spawned it, on another), or the holder of the lock
-    /// it waits for. The edges of the dump's wait-for graph.
+    /// this worker or, once that worker has spawned it, on another), the holder of the lock
+    /// it waits for, or, at the end of a `thread::scope`, one of the scope's green threads
+    /// still running (the one on a wait-for cycle, if one is). The edges of the dump's
+    /// wait-for graph.
     ///
     /// ```
     /// greenweave::run(|| {
@@ -1075,7 +1095,7 @@ impl GreenThread {
                             let _ = write!(out, ",\"address\":\"{address:#x}\"");
                         }
                     }
-                    WaitRecord::Scope(running) => {
+                    WaitRecord::Scope { running, .. } => {
                         let _ = write!(out, ",\"running\":{running}");
                     }
                     WaitRecord::OtherWorker {
@@ -1252,6 +1272,112 @@ fn human(duration: Duration) -> String {
 /// The cycles of the wait-for graph of the parked green threads in `threads` (sorted by id).
 /// Each green thread waits for at most one other, so every weakly connected piece has at most
 /// one cycle: follow each chain once, colouring what it visits.
+/// Gives each green thread waiting at the end of a `thread::scope` its one edge: a green
+/// thread of that scope still listed. The wait cannot end before every one of them has, so any
+/// of them is a true edge. The one chosen lies on a cycle of the wait-for graph where there is
+/// one (a depth-first walk over every edge, a scope's to each of its green threads, finds
+/// them), else it is one that itself waits for a green thread, else the first. Linear in the
+/// green threads and their edges.
+fn choose_scope_edges(threads: &mut [GreenThread]) {
+    let scope_of = |thread: &GreenThread| match thread.wait {
+        Some(WaitRecord::Scope { scope, .. }) if thread.state == GreenThreadState::Parked => {
+            Some(scope)
+        }
+        _ => None,
+    };
+    if !threads.iter().any(|thread| scope_of(thread).is_some()) {
+        return;
+    }
+    let index_of = |id: u64| threads.binary_search_by_key(&id, |thread| thread.id).ok();
+    let mut members: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (index, thread) in threads.iter().enumerate() {
+        if thread.in_scope != 0 {
+            members.entry(thread.in_scope).or_default().push(index);
+        }
+    }
+    // Every other parked green thread has at most one edge.
+    let single: Vec<Option<usize>> = threads
+        .iter()
+        .map(|thread| {
+            (thread.state == GreenThreadState::Parked && scope_of(thread).is_none())
+                .then(|| thread.waits_for().and_then(index_of))
+                .flatten()
+        })
+        .collect();
+    let scoped: Vec<&[usize]> = threads
+        .iter()
+        .map(|thread| {
+            scope_of(thread)
+                .and_then(|scope| members.get(&scope))
+                .map_or(&[][..], Vec::as_slice)
+        })
+        .collect();
+    let mut chosen: Vec<Option<usize>> = vec![None; threads.len()];
+    // 0: not reached yet; 1: on the walk's path now; 2: every edge from it followed.
+    let mut colour = vec![0u8; threads.len()];
+    // The walk's path: each green thread on it with the index of its next edge to follow.
+    let mut path: Vec<(usize, usize)> = Vec::new();
+    for root in 0..threads.len() {
+        if colour[root] != 0 {
+            continue;
+        }
+        colour[root] = 1;
+        path.push((root, 0));
+        while let Some(top) = path.len().checked_sub(1) {
+            let (at, edge) = path[top];
+            path[top].1 += 1;
+            let target = match single[at] {
+                Some(to) => (edge == 0).then_some(to),
+                None => scoped[at].get(edge).copied(),
+            };
+            match target {
+                None => {
+                    colour[at] = 2;
+                    path.pop();
+                }
+                Some(to) if colour[to] == 0 => {
+                    colour[to] = 1;
+                    path.push((to, 0));
+                }
+                Some(to) if colour[to] == 1 => {
+                    // A cycle: from `to` along the path to `at`, and back to `to`. Each scope
+                    // waiter on it takes its successor on the cycle (the first cycle found
+                    // through it keeps it).
+                    let start = path
+                        .iter()
+                        .rposition(|&(node, _)| node == to)
+                        .expect("a green thread on the walk's path is on `path`");
+                    for position in start..path.len() {
+                        let node = path[position].0;
+                        let successor = path.get(position + 1).map_or(to, |&(next, _)| next);
+                        if !scoped[node].is_empty() && chosen[node].is_none() {
+                            chosen[node] = Some(successor);
+                        }
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    for at in 0..threads.len() {
+        let members = scoped[at];
+        let Some(&first) = members.first() else {
+            continue;
+        };
+        let child = chosen[at].unwrap_or_else(|| {
+            members
+                .iter()
+                .copied()
+                .find(|&member| single[member].is_some() || !scoped[member].is_empty())
+                .unwrap_or(first)
+        });
+        let child_id = threads[child].id;
+        if let Some(WaitRecord::Scope { child, .. }) = &mut threads[at].wait {
+            *child = child_id;
+        }
+    }
+}
+
 fn find_cycles(threads: &[GreenThread]) -> Vec<Vec<u64>> {
     let index_of = |id: u64| threads.binary_search_by_key(&id, |thread| thread.id).ok();
     // 0: not visited; otherwise the number of the walk that first visited it.

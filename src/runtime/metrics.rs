@@ -90,7 +90,7 @@ impl ParkReason {
             Wait::Join(_) => ParkReason::Join,
             Wait::Remote(_) => ParkReason::Remote,
             Wait::Sync { .. } | Wait::Lock { .. } => ParkReason::Sync,
-            Wait::Scope(_) => ParkReason::Scope,
+            Wait::Scope { .. } => ParkReason::Scope,
             Wait::Select(_) => ParkReason::Select,
             Wait::OtherWorker { .. } => ParkReason::OtherWorker,
             Wait::Shared(_) => ParkReason::Shared,

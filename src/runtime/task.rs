@@ -68,8 +68,13 @@ pub(crate) enum Wait {
         what: &'static str,
         address: usize,
     },
-    /// `thread::scope` waiting for this many green threads spawned in it to end.
-    Scope(usize),
+    /// `thread::scope` waiting for `running` green threads spawned in it to end; `scope` is the
+    /// address of the scope's record, which each of them has as its [`Task::scope`] (for
+    /// `runtime::dump`'s wait-for edges).
+    Scope {
+        running: usize,
+        scope: usize,
+    },
     /// A `sync::select` over several operations at once.
     Select(SelectWait),
     /// Joining a `thread::spawn_on` green thread on worker `worker` of the same runtime: woken
@@ -181,11 +186,11 @@ impl fmt::Display for Wait {
             Wait::Join(id) => write!(f, "joining green thread {id}"),
             Wait::Remote(what) => write!(f, "waiting for {what} on another OS thread"),
             Wait::Sync { what, .. } => write!(f, "waiting on {what}"),
-            Wait::Scope(1) => write!(
+            Wait::Scope { running: 1, .. } => write!(
                 f,
                 "waiting in thread::scope for 1 green thread spawned in it"
             ),
-            Wait::Scope(running) => write!(
+            Wait::Scope { running, .. } => write!(
                 f,
                 "waiting in thread::scope for {running} green threads spawned in it"
             ),
@@ -297,6 +302,9 @@ pub(crate) struct Task {
     pub(crate) parked_until: Cell<Option<Instant>>,
     /// The id of the green thread that spawned it (0: none, spawned by the runtime itself).
     pub(crate) parent: Cell<u64>,
+    /// The address of the `thread::scope` record it was spawned in (0: none), as the scope's
+    /// waiter names it in `Wait::Scope`: for `runtime::dump`'s wait-for edges.
+    pub(crate) scope: Cell<usize>,
 }
 
 impl Task {
@@ -326,6 +334,7 @@ impl Task {
             parked_since: Cell::new(None),
             parked_until: Cell::new(None),
             parent: Cell::new(0),
+            scope: Cell::new(0),
         }
     }
 
@@ -347,6 +356,7 @@ impl Task {
         self.attention.set(0);
         self.cancellations_delivered.set(0);
         self.scope_deadline.set(None);
+        self.scope.set(0);
         self.result.reset();
         self.locals.reset();
         #[cfg(feature = "tracing")]

@@ -314,6 +314,7 @@ impl Builder {
             };
             let name = self.name.map(String::into_boxed_str);
             let task = scheduler.spawn_task(name, stack, body);
+            task.scope.set(std::ptr::from_ref(data) as usize);
             if data.state.get() == ScopeState::Cancelling {
                 // Spawned by a destructor while the scope's green threads are being cancelled:
                 // it never runs (its closure is dropped unrun).
@@ -478,6 +479,11 @@ impl ScopeData {
             let register = |task: &Rc<Task>, park| {
                 *self.waiter.borrow_mut() = Some((task.clone(), park));
             };
+            let wait = Wait::Scope {
+                running,
+                // The address its green threads have as `Task::scope`.
+                scope: std::ptr::from_ref(self) as usize,
+            };
             let park = panic::catch_unwind(AssertUnwindSafe(|| {
                 if interrupted {
                     if scheduler::cancel_requested() && !self.counted_waiting.replace(true) {
@@ -485,10 +491,9 @@ impl ScopeData {
                     }
                     // Already interrupted: the green threads must still end before the frames
                     // they borrow from go, and a park that raised again each time would spin.
-                    scheduler::park_uninterruptible_with(WHAT, Wait::Scope(running), register);
+                    scheduler::park_uninterruptible_with(WHAT, wait, register);
                 } else {
-                    let _woken: Wake =
-                        scheduler::park(WHAT, Wait::Scope(running), None, None, register);
+                    let _woken: Wake = scheduler::park(WHAT, wait, None, None, register);
                 }
             }));
             if let Err(unwind) = park {
