@@ -153,10 +153,10 @@ pub(crate) struct Scheduler {
     hot_counters: HotCounters,
     /// This worker's counters, readable from any thread (`runtime::metrics`).
     pub(crate) metrics: Arc<WorkerMetrics>,
-    /// The tasks one `poll` found woken, kept between polls (empty) so that a poll allocates
-    /// nothing: taken out while in use, so a wake-up that reaches the scheduler meanwhile
-    /// finds an empty one.
-    woken_by_poll: Cell<Vec<(Rc<Task>, u64)>>,
+    /// The tasks one `poll` (or one firing of the timers) found woken, kept between uses
+    /// (empty) so that neither allocates: taken out while in use, so a wake-up that reaches
+    /// the scheduler meanwhile finds an empty one.
+    woken_scratch: Cell<Vec<(Rc<Task>, u64)>>,
     /// Unfinished tasks that caught their cancellation `SHUTDOWN_DELIVERIES` times, plus
     /// cancelled ones that wait for other green threads before they can end (a `thread::scope`
     /// waiting for the green threads spawned in it, see `count_waiting_for_others`): shutdown
@@ -568,7 +568,7 @@ impl Scheduler {
             polls_without_blocking: Cell::new(0),
             hot_counters: HotCounters::default(),
             metrics,
-            woken_by_poll: Cell::new(Vec::new()),
+            woken_scratch: Cell::new(Vec::new()),
             stubborn_tasks: Cell::new(0),
             default_stack_size,
             blocking_pool,
@@ -782,14 +782,15 @@ impl Scheduler {
                     self.stop();
                 }
             }
-            // Nothing is ready: wait for I/O until the nearest deadline.
-            self.fire_timers();
+            // Nothing is ready: wait for I/O until the nearest deadline (one clock read serves
+            // both).
+            let now = Instant::now();
+            self.fire_timers(now);
             if !self.ready.is_empty() {
                 continue;
             }
             let next_deadline = self.timers.borrow_mut().next_deadline();
-            let timeout =
-                next_deadline.map(|deadline| deadline.saturating_duration_since(Instant::now()));
+            let timeout = next_deadline.map(|deadline| deadline.saturating_duration_since(now));
             if timeout.is_none() && !self.can_anything_wake() {
                 // A remote wake-up may be queued behind the eventfd (its sender already gone):
                 // look once more, without blocking, before calling it a deadlock.
@@ -817,7 +818,8 @@ impl Scheduler {
             // What a reader on another thread sees while this worker waits is exact.
             self.publish_metrics();
             self.poll(timeout);
-            self.fire_timers();
+            // `poll` read the clock when epoll returned.
+            self.fire_timers(self.coarse_now.get());
         }
     }
 
@@ -825,12 +827,15 @@ impl Scheduler {
     /// the loop does every `RUNS_BETWEEN_POLLS` runs, and a green thread whose budget is spent
     /// before it yields (`budget`), so that what it kept waiting runs before it does again.
     pub(crate) fn poll_without_blocking(&self) {
-        self.coarse_now.set(Instant::now());
-        // Only what could have something to say: the clock when a timer is set, epoll when an
+        // One clock read per look: the timers' and the dump's (the poll below does not read it
+        // again).
+        let now = Instant::now();
+        self.coarse_now.set(now);
+        // Only what could have something to say: the timers when one is set, epoll when an
         // fd is registered or another thread may wake us. A pure compute-and-yield program
         // makes no system call here.
         if !self.timers.borrow().is_empty() {
-            self.fire_timers();
+            self.fire_timers(now);
         }
         if self.reactor.has_registrations() || self.remote_may_wake() {
             self.poll(Some(Duration::ZERO));
@@ -1018,27 +1023,34 @@ impl Scheduler {
         }
     }
 
-    fn fire_timers(&self) {
-        let now = Instant::now();
-        let mut due = Vec::new();
+    /// Fires the timers due at `now` (a clock read of the caller's: a timer that falls due
+    /// just after it fires at the next look, never early).
+    fn fire_timers(&self, now: Instant) {
+        // The poll's buffer (`woken_scratch`), free between polls: no allocation per batch.
+        let mut due = self.woken_scratch.take();
         self.timers
             .borrow_mut()
             .expire(now, |task, park| due.push((task, park)));
-        for (task, park) in due {
+        for (task, park) in due.drain(..) {
             self.unpark(task, park, Wake::TimedOut);
         }
+        self.woken_scratch.set(due);
     }
 
     /// Polls the reactor (and the remote queue) and makes woken tasks runnable.
     fn poll(&self, timeout: Option<Duration>) {
-        let mut woken = self.woken_by_poll.take();
+        let mut woken = self.woken_scratch.take();
         let (remote, ready) = self
             .reactor
             .poll(timeout, |task, park| woken.push((task, park)))
             .unwrap_or_else(|error| panic!("greenweave: epoll_wait failed: {error}"));
-        self.metrics
-            .io_polled(ready, timeout != Some(Duration::ZERO));
-        self.coarse_now.set(Instant::now());
+        let waited = timeout != Some(Duration::ZERO);
+        self.metrics.io_polled(ready, waited);
+        if waited {
+            // A poll that did not wait comes right after a clock read (`poll_without_blocking`,
+            // the idle loop's look before a deadlock verdict).
+            self.coarse_now.set(Instant::now());
+        }
         for (task, park) in woken.drain(..) {
             // Its record is in cache now (the reactor found it through it); ask for the stack
             // lines it resumes through too, so that a batch of wake-ups fetches them all at
@@ -1046,7 +1058,7 @@ impl Scheduler {
             task.prefetch_resume_frame();
             self.unpark(task, park, Wake::Notified);
         }
-        self.woken_by_poll.set(woken);
+        self.woken_scratch.set(woken);
         if remote {
             self.remote.eventfd.drain();
             // Cleared before the list is taken: a wake-up pushed after the take sets it again.
