@@ -320,8 +320,18 @@ fn a_busy_ready_queue_is_sampled_for_scheduling_delay() {
 #[test]
 fn parks_made_by_the_hooks_are_counted_by_reason_too() {
     let metrics = greenweave::run(|| {
-        // libc's nanosleep, made green: a Sleep park.
-        std::thread::sleep(Duration::from_millis(1));
+        // libc's nanosleep, made green: a Sleep park. A sleep whose time is up before it
+        // could park returns without one (under qemu or Valgrind, the first pass through the
+        // hook's code can take longer than a millisecond); each try sleeps longer, and the
+        // tries stop at the first park, so exactly one is counted.
+        let mut nap = Duration::from_millis(1);
+        for _ in 0..12 {
+            if metrics().worker_green_park_count(0, ParkReason::Sleep) > 0 {
+                break;
+            }
+            std::thread::sleep(nap);
+            nap *= 2;
+        }
         // A std Mutex held across a yield: the other green thread's lock waits in a futex,
         // made green: a Futex park.
         let lock = std::sync::Arc::new(std::sync::Mutex::new(0));
