@@ -1274,7 +1274,9 @@ fn a_greenlet_switched_to_in_a_green_thread_parks_it_on_a_std_sleep() {
     greenweave::run(|| {
         let (parked, value) = parks(|| {
             let child = greenweave::greenlet::Greenlet::new(|x: Option<u32>| {
-                std::thread::sleep(Duration::from_millis(5));
+                // Long enough that its time is not up before it parks, even on the first, slow
+                // pass of an emulator through the hook (which would return without a park).
+                std::thread::sleep(Duration::from_millis(50));
                 x.map(|x| x + 1)
             });
             child.switch(Some(41))
