@@ -204,10 +204,21 @@ fn every_worker_counts_its_own_green_threads() {
     let runtime = Runtime::builder().workers(2).build().unwrap();
     let metrics = runtime.run(|| {
         let remote = greenweave::thread::spawn_on(1, || {
+            // Main must be parked in its join before this ends, or the join finds the result
+            // and never parks (under Valgrind main can be held off that long): wait for its
+            // park, spinning the OS thread, so that worker 1 counts nothing for the wait.
+            let started = Instant::now();
+            while metrics().worker_green_park_count(0, ParkReason::OtherWorker) == 0 {
+                assert!(
+                    started.elapsed() < Duration::from_secs(60),
+                    "main never parked"
+                );
+                std::thread::yield_now();
+            }
             for _ in 0..5 {
                 greenweave::thread::yield_now();
             }
-            greenweave::thread::sleep(Duration::from_millis(1));
+            greenweave::thread::sleep(Duration::from_millis(20));
         });
         remote.join().unwrap();
         metrics()
