@@ -349,6 +349,10 @@ fn a_ticker_green_thread_runs_while_another_is_in_std_sleep() {
 
 /// Asserts that `sleep`, called in a green thread, parks it and returns `0` no sooner than
 /// `duration` after it was called.
+///
+/// The sleeps and timeouts that must park in these tests are 100 ms: a wait whose time is up
+/// before the hook gets to park returns without a park (as it should), and under qemu or
+/// Valgrind the first pass through a hook's code can take several milliseconds.
 fn assert_sleep_parks(
     what: &'static str,
     duration: Duration,
@@ -365,7 +369,7 @@ fn assert_sleep_parks(
 
 #[test]
 fn libc_nanosleep_in_a_green_thread_parks_it() {
-    let duration = Duration::from_millis(20);
+    let duration = Duration::from_millis(100);
     assert_sleep_parks("nanosleep", duration, move || {
         let request = libc::timespec {
             tv_sec: 0,
@@ -382,9 +386,9 @@ fn libc_nanosleep_in_a_green_thread_parks_it() {
 
 #[test]
 fn libc_usleep_in_a_green_thread_parks_it() {
-    assert_sleep_parks("usleep", Duration::from_millis(20), || {
+    assert_sleep_parks("usleep", Duration::from_millis(100), || {
         // SAFETY: no preconditions.
-        i64::from(unsafe { libc::usleep(20_000) })
+        i64::from(unsafe { libc::usleep(100_000) })
     });
 }
 
@@ -473,7 +477,7 @@ fn libc_clock_nanosleep_relative_parks_and_a_past_absolute_deadline_returns_at_o
         let started = Instant::now();
         let request = libc::timespec {
             tv_sec: 0,
-            tv_nsec: 20_000_000,
+            tv_nsec: 100_000_000,
         };
         let (parked, result) = parks(|| {
             // SAFETY: a live timespec; no remainder is asked for.
@@ -482,7 +486,7 @@ fn libc_clock_nanosleep_relative_parks_and_a_past_absolute_deadline_returns_at_o
             }
         });
         assert_eq!((result, parked), (0, true));
-        assert!(started.elapsed() >= Duration::from_millis(20));
+        assert!(started.elapsed() >= Duration::from_millis(100));
         let past = libc::timespec {
             tv_sec: 1,
             tv_nsec: 0,
@@ -659,14 +663,14 @@ fn poll_with_a_timeout_and_nothing_ready_returns_zero_after_parking() {
         let mut entries = pollfds(&fds, libc::POLLIN);
         let started = Instant::now();
         // SAFETY: three live pollfds.
-        let (parked, ready) = parks(|| unsafe { libc::poll(entries.as_mut_ptr(), 3, 20) });
+        let (parked, ready) = parks(|| unsafe { libc::poll(entries.as_mut_ptr(), 3, 100) });
         assert_eq!(ready, 0);
         assert!(parked);
-        assert!(started.elapsed() >= Duration::from_millis(20));
+        assert!(started.elapsed() >= Duration::from_millis(100));
         assert!(entries.iter().all(|e| e.revents == 0));
         // No fds at all: a sleep.
         // SAFETY: no pollfds are read.
-        let (parked, ready) = parks(|| unsafe { libc::poll(std::ptr::null_mut(), 0, 10) });
+        let (parked, ready) = parks(|| unsafe { libc::poll(std::ptr::null_mut(), 0, 100) });
         assert_eq!((ready, parked), (0, true));
     });
 }
@@ -694,7 +698,7 @@ fn ppoll_over_three_fds_parks_until_the_second_is_written_and_reports_only_it() 
         // A short timeout with nothing ready: 0.
         let short = libc::timespec {
             tv_sec: 0,
-            tv_nsec: 10_000_000,
+            tv_nsec: 100_000_000,
         };
         let mut quiet = pollfds(&fds[..1], libc::POLLIN);
         // SAFETY: as above.
@@ -813,7 +817,7 @@ fn select_reports_a_writable_fd_at_once_and_times_out_with_empty_sets() {
         }
         let mut short = libc::timeval {
             tv_sec: 0,
-            tv_usec: 10_000,
+            tv_usec: 100_000,
         };
         // SAFETY: as above.
         let (parked, ready) = parks(|| unsafe {
