@@ -104,6 +104,20 @@ fn let_them_park() {
     thread::sleep(Duration::from_millis(20));
 }
 
+/// Dumps (without backtraces) until `ready` holds of the dump, for what another worker, another
+/// OS thread, must do first: under Valgrind (one thread at a time) that can take long. Gives
+/// up after a minute and returns the last dump, for the caller's assertions to explain.
+fn dump_when(ready: impl Fn(&Dump) -> bool) -> Dump {
+    for _ in 0..6000 {
+        let dump = greenweave::runtime::dump_without_backtraces();
+        if ready(&dump) {
+            return dump;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    greenweave::runtime::dump_without_backtraces()
+}
+
 fn find<'d>(dump: &'d Dump, name: &str) -> &'d GreenThread {
     dump.green_threads()
         .iter()
@@ -164,18 +178,12 @@ fn a_dump_names_each_kind_of_wait_and_a_frame_of_each_green_threads_own_code() {
             named("futex", move || parks_in_futex(std_lock));
         }
         let_them_park();
-        // Worker 1 is another OS thread: under Valgrind (one thread at a time) its green thread
-        // may not have reached its sleep yet. Look again until it has, as slow as it may be.
-        for _ in 0..6000 {
-            let parked = greenweave::runtime::dump_without_backtraces()
-                .green_threads()
+        // Worker 1 is another OS thread: its green thread may not have reached its sleep yet.
+        dump_when(|dump| {
+            dump.green_threads()
                 .iter()
-                .any(|thread| thread.worker() == 1 && thread.wait_kind() == Some("sleep"));
-            if parked {
-                break;
-            }
-            thread::sleep(Duration::from_millis(10));
-        }
+                .any(|thread| thread.worker() == 1 && thread.wait_kind() == Some("sleep"))
+        });
 
         let dump = greenweave::runtime::dump();
         let me = thread::current().id().as_u64();
@@ -509,15 +517,7 @@ fn a_join_cycle_across_workers_is_reported_as_a_deadlock() {
             .unwrap();
         *slot.lock().unwrap() = Some(on_worker_1);
         // However slow the machine, both end up parked in their joins: look until they have.
-        let mut looks = 0;
-        let dump = loop {
-            let dump = greenweave::runtime::dump_without_backtraces();
-            if !dump.cycles().is_empty() || looks == 10_000 {
-                break dump;
-            }
-            looks += 1;
-            thread::sleep(Duration::from_millis(1));
-        };
+        let dump = dump_when(|dump| !dump.cycles().is_empty());
         let first = find(&dump, "on worker 0");
         let second = find(&dump, "on worker 1");
         assert_eq!((first.worker(), second.worker()), (0, 1), "{dump}");

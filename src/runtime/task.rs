@@ -37,6 +37,14 @@ const RECORD_LINES_PREFETCHED: usize = 4;
 /// `Source::park_until`, `Source::do_io`, the `Read` impl) before its own code; a yield, less.
 const RESUME_LINES_PREFETCHED: usize = 12;
 
+/// Prefetches `lines` cache lines from `start` on.
+#[inline(always)]
+fn prefetch_lines(start: usize, lines: usize) {
+    for line in 0..lines {
+        crate::arch::prefetch(start + line * CACHE_LINE);
+    }
+}
+
 /// Why a parked green thread was woken; what `park` returns.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Wake {
@@ -369,12 +377,9 @@ impl Task {
     /// Prefetches this task's record: what running it reads first (state, wake, coroutine).
     #[inline(always)]
     pub(crate) fn prefetch_record(&self) {
-        let start = self as *const Task as usize;
         // The record's hot fields lie in its first lines; the rest (result, locals) is read
         // only at the ends of a green thread's life.
-        for line in 0..RECORD_LINES_PREFETCHED {
-            crate::arch::prefetch(start + line * CACHE_LINE);
-        }
+        prefetch_lines(self as *const Task as usize, RECORD_LINES_PREFETCHED);
     }
 
     /// Prefetches the register frame this task's coroutine resumes from and the frames just
@@ -388,9 +393,7 @@ impl Task {
             .as_ref()
             .and_then(|coroutine| coroutine.resume_point())
         {
-            for line in 0..RESUME_LINES_PREFETCHED {
-                crate::arch::prefetch(frame + line * CACHE_LINE);
-            }
+            prefetch_lines(frame, RESUME_LINES_PREFETCHED);
         }
     }
 

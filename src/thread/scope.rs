@@ -314,7 +314,7 @@ impl Builder {
             };
             let name = self.name.map(String::into_boxed_str);
             let task = scheduler.spawn_task(name, stack, body);
-            task.scope.set(std::ptr::from_ref(data) as usize);
+            task.scope.set(data.address());
             if data.state.get() == ScopeState::Cancelling {
                 // Spawned by a destructor while the scope's green threads are being cancelled:
                 // it never runs (its closure is dropped unrun).
@@ -442,6 +442,12 @@ impl ScopeData {
     /// wait is over. With `interrupted` (the closure unwound) or after an interruption, the
     /// green threads still alive are cancelled first, and the wait goes on whatever else
     /// happens.
+    /// What names this scope to `runtime::dump`: each of its green threads has it as
+    /// `Task::scope`, and its waiter in `Wait::Scope`.
+    fn address(&self) -> usize {
+        std::ptr::from_ref(self) as usize
+    }
+
     fn wait_for_all(&self, mut interrupted: bool) -> Option<Payload> {
         const WHAT: &str = "greenweave::thread::scope";
         let mut payload = None;
@@ -481,8 +487,7 @@ impl ScopeData {
             };
             let wait = Wait::Scope {
                 running,
-                // The address its green threads have as `Task::scope`.
-                scope: std::ptr::from_ref(self) as usize,
+                scope: self.address(),
             };
             let park = panic::catch_unwind(AssertUnwindSafe(|| {
                 if interrupted {
