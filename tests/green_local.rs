@@ -125,9 +125,18 @@ fn the_initialiser_runs_once_per_green_thread_on_its_first_use() {
     assert_eq!(INITIALISED.get(), 2);
 }
 
+thread_local! {
+    /// What `SLOW_TO_MAKE`'s initialiser waits for: the heartbeat's word that it ran.
+    static TICKED: RefCell<Option<greenweave::sync::oneshot::Receiver<()>>> =
+        const { RefCell::new(None) };
+}
+
 greenweave::green_local! {
+    // Parks until the heartbeat has run. (A short sleep here failed under qemu: its deadline
+    // could pass before the sleep parked, and then it returned at once.)
     static SLOW_TO_MAKE: Cell<u32> = {
-        thread::sleep(Duration::from_millis(2));
+        let ticked = TICKED.take().expect("the test leaves the receiver here");
+        ticked.recv().expect("the heartbeat sends once it has run");
         note("made");
         Cell::new(5)
     };
@@ -136,7 +145,12 @@ greenweave::green_local! {
 #[test]
 fn an_initialiser_may_park_while_other_green_threads_run() {
     greenweave::run(|| {
-        let heartbeat = greenweave::spawn(|| note("tick"));
+        let (tick, ticked) = greenweave::sync::oneshot::channel();
+        TICKED.set(Some(ticked));
+        let heartbeat = greenweave::spawn(|| {
+            note("tick");
+            tick.send(()).unwrap();
+        });
         note(format!("got {}", SLOW_TO_MAKE.get()));
         heartbeat.join().unwrap();
     });
@@ -216,12 +230,14 @@ fn values_of_green_threads_cancelled_at_shutdown_are_dropped_before_run_returns(
 }
 
 /// Sleeps (parks) in its destructor, noting before and after.
-struct ParksWhenDropped;
+/// Parks in its destructor until the heartbeat says it ran. (A short sleep here failed under
+/// qemu: its deadline had passed before the sleep could park, so it returned at once.)
+struct ParksWhenDropped(greenweave::sync::oneshot::Receiver<()>);
 
 impl Drop for ParksWhenDropped {
     fn drop(&mut self) {
         note("destructor parks");
-        thread::sleep(Duration::from_millis(2));
+        self.0.recv().expect("the heartbeat sends once it has run");
         note("destructor resumes");
     }
 }
@@ -233,12 +249,16 @@ greenweave::green_local! {
 #[test]
 fn a_destructor_may_park_and_the_other_green_threads_run_meanwhile() {
     greenweave::run(|| {
-        let worker = greenweave::spawn(|| PARKS_WHEN_DROPPED.set(Some(ParksWhenDropped)));
+        let (ran, heartbeat_ran) = greenweave::sync::oneshot::channel();
+        let worker =
+            greenweave::spawn(|| PARKS_WHEN_DROPPED.set(Some(ParksWhenDropped(heartbeat_ran))));
         let heartbeat = greenweave::spawn(|| {
-            // Bounded, so that a destructor that never runs fails the test rather than hang it.
+            // Bounded, so that a destructor that never runs fails the test rather than hang it
+            // (dropping `ran` unsent wakes the destructor with an error, which panics).
             for _ in 0..100_000 {
                 if worker_is_parked_in_its_destructor() {
                     note("heartbeat");
+                    ran.send(()).unwrap();
                     return;
                 }
                 thread::yield_now();
@@ -269,9 +289,11 @@ greenweave::green_local! {
 #[test]
 fn in_a_cancelled_green_thread_a_destructor_that_parks_is_cut_short_and_the_rest_still_drop() {
     greenweave::run(|| {
+        // Kept here, unsent, so that the destructor's receive parks (and is cut short).
+        let (_never_sent, never) = greenweave::sync::oneshot::channel();
         let worker = greenweave::spawn(|| {
             NOTED.set(Some(Noted("first made")));
-            ALSO_PARKS_WHEN_DROPPED.set(Some(ParksWhenDropped));
+            ALSO_PARKS_WHEN_DROPPED.set(Some(ParksWhenDropped(never)));
             thread::sleep(Duration::from_secs(3600));
         });
         thread::yield_now();
