@@ -2,14 +2,25 @@
 //!
 //! Owns: [`map_batch`], which reserves several stacks with a single `mmap`, makes the page
 //! below each one its guard, commits each stack's top page and registers every stack with the
-//! overflow reporter and Valgrind, in as few system calls as the kernel allows. The per-thread
-//! pool (`pool`) uses it when it runs empty, so spawning many green threads costs one `mmap`
-//! per batch instead of one per stack.
+//! overflow reporter and Valgrind, in as few system calls as the kernel allows; and
+//! [`unmap_batch`], which unmaps several freed stacks with one `munmap` per run of neighbours.
+//! The per-thread pool (`pool`) uses them when it runs empty and when it is full, so spawning
+//! and ending many green threads costs one `mmap` and about one `munmap` per batch instead of
+//! one per stack.
 //!
 //! May not: keep any record of a batch. Each stack it hands out is an ordinary [`Stack`], laid
-//! out exactly like one from [`Stack::new`] (a guard page, then the usable range) and unmapped
-//! on its own when dropped (which splits the batch's mapping where needed). So memory returns
-//! stack by stack, and a long-lived green thread never pins the rest of its batch.
+//! out exactly like one from [`Stack::new`] (a guard page, then the usable range), which can be
+//! unmapped on its own (dropped, splitting the batch's mapping where needed) or with whichever
+//! stacks are freed beside it. So memory returns stack by stack, and a long-lived green thread
+//! never pins the rest of its batch.
+//!
+//! # What ending a stack costs the kernel
+//! A `munmap` of one stack from the middle of a batch's mapping splits that mapping and
+//! flushes the TLB: about 4.6 µs on the 2-core EPYC VM among 100,000 live stacks, 50x a yield
+//! there (BENCHMARKS.md, "Connections per core (issue 23)"). Green threads spawned together
+//! got neighbouring stacks, and they often end together; [`unmap_batch`] sorts what it is
+//! given and unmaps each run of neighbours at once, so the split and the flush are paid once
+//! per run.
 //!
 //! # What a stack costs the kernel
 //! Without batching each new stack took an `mmap`, a `madvise(MADV_GUARD_INSTALL)` (or an
@@ -112,6 +123,52 @@ pub(super) fn map_batch(size: usize, count: usize, mut keep: impl FnMut(Stack)) 
     }
     register(base, count, size, &kinds, &mut keep);
     Ok(())
+}
+
+/// Unmaps `stacks`, sorted by address, with one `munmap` for each run of stacks that lie back
+/// to back (at most [`MAX_BATCH`] stacks per sort; more are taken in groups).
+pub(super) fn unmap_batch(stacks: impl IntoIterator<Item = Stack>) {
+    let mut ranges = [(0, 0); MAX_BATCH];
+    let mut count = 0;
+    for stack in stacks {
+        if count == MAX_BATCH {
+            unmap_runs(&mut ranges);
+            count = 0;
+        }
+        ranges[count] = stack.into_mapping();
+        count += 1;
+    }
+    unmap_runs(&mut ranges[..count]);
+}
+
+/// Unmaps the stack mappings `ranges` (`[start, end)` each, given up by their stacks), one
+/// `munmap` per run of neighbours.
+fn unmap_runs(ranges: &mut [(usize, usize)]) {
+    ranges.sort_unstable_by_key(|&(start, _)| start);
+    let mut rest = &ranges[..];
+    while let Some(&(start, first_end)) = rest.first() {
+        // The run: each next mapping starts where the one before it ends.
+        let mut end = first_end;
+        let mut length = 1;
+        while let Some(&(next_start, next_end)) = rest.get(length)
+            && next_start == end
+        {
+            end = next_end;
+            length += 1;
+        }
+        let (run, after) = rest.split_at(length);
+        // SAFETY: every range was given up by its stack (`Stack::into_mapping`), so the run
+        // is mappings that nothing uses any more and that nothing else will unmap.
+        if !unsafe { super::unmap(start, end - start) } {
+            // Refused (at `vm.max_map_count`, a run that splits a mapping): one by one, as a
+            // dropped stack would be, so that at least the runs' outer stacks are freed.
+            for &(start, end) in run {
+                // SAFETY: as above; the whole run was left mapped.
+                unsafe { super::unmap(start, end - start) };
+            }
+        }
+        rest = after;
+    }
 }
 
 /// Registers the first `count` stacks of the batch at `base` (guard kinds in `kinds`) with the

@@ -147,23 +147,54 @@ impl Stack {
     }
 }
 
+impl Stack {
+    /// Ends the stack's registrations (overflow reporter, Valgrind, ASan) and returns its whole
+    /// mapping, guard page included, as `[start, end)`: what is left to do is the `munmap`.
+    fn unregister(&self) -> (usize, usize) {
+        let page = page_size();
+        let start = self.limit() - page;
+        let end = self.top.as_ptr() as usize;
+        overflow::unregister_guard(start);
+        valgrind::deregister_stack(self.limit());
+        crate::arch::stack_unmapped(self.limit(), end);
+        (start, end)
+    }
+
+    /// Gives up the stack without unmapping it: its registrations end, and its mapping
+    /// `[start, end)` becomes the caller's to unmap (`batch::unmap_batch` unmaps neighbours
+    /// together).
+    fn into_mapping(self) -> (usize, usize) {
+        let range = self.unregister();
+        core::mem::forget(self);
+        range
+    }
+}
+
 impl Drop for Stack {
     fn drop(&mut self) {
-        let page = page_size();
-        let base = self.limit() - page;
-        let total = self.size() + page;
-        overflow::unregister_guard(base);
-        valgrind::deregister_stack(self.limit());
-        crate::arch::stack_unmapped(self.limit(), base + total);
-        // Unmapping removes the guard page and the usable range together (and with them a
-        // guard region's markers). Unmapping a stack from the middle of a mapping merged with
-        // its neighbours splits that mapping, which the kernel refuses only when the process
-        // is already at vm.max_map_count; the error is then ignored and the range stays mapped
-        // (leaked), never reused.
-        // SAFETY: `[base, base + total)` is this stack's own mapping; the stack is being
-        // dropped, so nothing runs on it or refers to it any more.
-        unsafe { libc::munmap(base as *mut libc::c_void, total) };
+        let (start, end) = self.unregister();
+        // SAFETY: `[start, end)` is this stack's own mapping; the stack is being dropped, so
+        // nothing runs on it or refers to it any more.
+        unsafe { unmap(start, end - start) };
     }
+}
+
+/// Unmaps `[start, start + len)`, one or more whole stack mappings (guard pages included);
+/// returns whether the kernel did.
+///
+/// Unmapping removes guard pages and usable ranges together (and with them guard regions'
+/// markers). Unmapping stacks from the middle of a mapping merged with their neighbours splits
+/// that mapping, which the kernel refuses only when the process is already at
+/// `vm.max_map_count`; the range then stays mapped (leaked), never reused.
+///
+/// # Safety
+/// The range is the mapping of stacks that have been given up ([`Stack::into_mapping`] or a
+/// dropped `Stack`): nothing runs on it or refers to it any more.
+unsafe fn unmap(start: usize, len: usize) -> bool {
+    #[cfg(test)]
+    tests::UNMAP_CALLS.with(|calls| calls.set(calls.get() + 1));
+    // SAFETY: the caller's promise: the range is ours alone and nothing uses it.
+    unsafe { libc::munmap(start as *mut libc::c_void, len) == 0 }
 }
 
 impl fmt::Debug for Stack {
@@ -303,6 +334,11 @@ fn mapping_error(action: &str, size: usize, error: io::Error) -> io::Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    thread_local! {
+        /// `munmap` calls made for stacks by this thread (see the pool's tests).
+        pub(super) static UNMAP_CALLS: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+    }
 
     /// Every green thread holds a `Stack` and every coroutine moves one in and out: it stays
     /// two words, and an empty `Option<Stack>` costs nothing more.
