@@ -397,15 +397,20 @@ fn unblock_runs_on_another_os_thread_while_other_green_threads_run() {
     greenweave::run(|| {
         let ticks = Rc::new(Cell::new(0));
         let counter = ticks.clone();
+        // The closure blocks its helper until the ticker is done. (Blocking for a short sleep
+        // instead could end before the ticker did, were this OS thread held up meanwhile, as
+        // under Valgrind it can be.)
+        let (ticked, all_ticked) = std::sync::mpsc::channel::<()>();
         let ticker = greenweave::spawn(move || {
             for _ in 0..5 {
                 counter.set(counter.get() + 1);
                 thread::yield_now();
             }
+            ticked.send(()).unwrap();
         });
         let caller = std::thread::current().id();
         let (ran_on, value) = greenweave::unblock(move || {
-            std::thread::sleep(Duration::from_millis(20));
+            all_ticked.recv().expect("the ticker sends once it is done");
             (std::thread::current().id(), 42)
         });
         assert_eq!(value, 42);

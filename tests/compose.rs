@@ -23,13 +23,6 @@ impl Log {
     fn events(&self) -> Vec<String> {
         self.0.borrow().clone()
     }
-
-    fn position(&self, event: &str) -> usize {
-        self.events()
-            .iter()
-            .position(|e| e == event)
-            .unwrap_or_else(|| panic!("no event {event:?} in {:?}", self.events()))
-    }
 }
 
 /// Pushes `name` to the log when dropped.
@@ -56,10 +49,14 @@ fn a_generator_inside_a_green_thread_yields_lines_it_reads_from_a_green_socket()
         let (reader, mut writer) = tcp_pair();
         let log = Log::default();
         let writer_log = log.clone();
+        // The reader's word that it is about to read again. (A short sleep before each write
+        // could let the writer get ahead under qemu: its deadline could pass before it parked.)
+        let (read_again, reading_again) = mpsc::channel::<()>();
         let writing = greenweave::spawn(move || {
             for line in ["alpha", "beta", "gamma"] {
-                // Each line after a sleep: the generator's read must park for every one.
-                greenweave::thread::sleep(Duration::from_millis(2));
+                // Each line only once the reader is about to read again: the generator's read
+                // must park for every one (this green thread runs only once it has).
+                reading_again.recv().unwrap();
                 writer_log.push(format!("wrote {line}"));
                 writeln!(writer, "{line}").unwrap();
             }
@@ -69,8 +66,11 @@ fn a_generator_inside_a_green_thread_yields_lines_it_reads_from_a_green_socket()
                 yielder.suspend(line.unwrap());
             }
         });
+        read_again.send(()).unwrap();
         for line in lines {
             log.push(format!("got {line}"));
+            // The writer is gone after the last line.
+            let _ = read_again.send(());
         }
         writing.join().unwrap();
         assert_eq!(
@@ -115,53 +115,70 @@ fn a_generator_parked_on_a_channel_lets_other_green_threads_run_and_resumes_with
     });
 }
 
+/// One rally of [`greenlets_ping_pong_inside_a_green_thread_with_both_sides_sleeping`], each
+/// stroke after a sleep of `nap`, beside a ticker: the log, ticks included.
+fn ping_pong_rally(nap: Duration) -> Vec<String> {
+    let log = Log::default();
+    let ticker_log = log.clone();
+    let ticking = Rc::new(std::cell::Cell::new(true));
+    let still_ticking = ticking.clone();
+    let ticker = greenweave::spawn(move || {
+        while still_ticking.get() {
+            ticker_log.push("tick");
+            greenweave::thread::sleep(Duration::from_millis(1));
+        }
+    });
+    let pong_log = log.clone();
+    let pong = Greenlet::new(move |mut ball: Option<u32>| {
+        let main = greenlet::current::<Option<u32>>().parent().unwrap();
+        while let Some(stroke) = ball.filter(|&stroke| stroke < 6) {
+            greenweave::thread::sleep(nap);
+            pong_log.push(format!("pong {stroke}"));
+            ball = main.switch(Some(stroke + 1));
+        }
+        ball
+    });
+    let mut ball = 0;
+    while ball < 6 {
+        greenweave::thread::sleep(nap);
+        log.push(format!("ping {ball}"));
+        ball = pong.switch(Some(ball + 1)).unwrap();
+    }
+    assert_eq!(pong.switch(Some(ball)), Some(6));
+    assert!(pong.is_dead());
+    ticking.set(false);
+    ticker.join().unwrap();
+    log.events()
+}
+
 #[test]
 fn greenlets_ping_pong_inside_a_green_thread_with_both_sides_sleeping() {
     greenweave::run(|| {
-        let log = Log::default();
-        let ticker_log = log.clone();
-        let ticking = Rc::new(std::cell::Cell::new(true));
-        let still_ticking = ticking.clone();
-        let ticker = greenweave::spawn(move || {
-            while still_ticking.get() {
-                ticker_log.push("tick");
-                greenweave::thread::sleep(Duration::from_millis(1));
+        // A sleep whose time is up before it could park only yields, and the ticker, asleep
+        // itself, need not run then (under qemu 3 ms can pass on the way to the park): such a
+        // rally is played again, with longer sleeps.
+        let mut events = Vec::new();
+        for nap in [3, 30, 300].map(Duration::from_millis) {
+            events = ping_pong_rally(nap);
+            let rally: Vec<&String> = events.iter().filter(|event| *event != "tick").collect();
+            assert_eq!(
+                rally,
+                ["ping 0", "pong 1", "ping 2", "pong 3", "ping 4", "pong 5"]
+            );
+            let ticked_before = |stroke: &str| {
+                let at = events.iter().position(|event| event == stroke).unwrap();
+                events[at - 1] == "tick"
+            };
+            if ["pong 1", "ping 2", "pong 3"]
+                .into_iter()
+                .all(ticked_before)
+            {
+                break;
             }
-        });
-        let pong_log = log.clone();
-        let pong = Greenlet::new(move |mut ball: Option<u32>| {
-            let main = greenlet::current::<Option<u32>>().parent().unwrap();
-            while let Some(stroke) = ball.filter(|&stroke| stroke < 6) {
-                greenweave::thread::sleep(Duration::from_millis(3));
-                pong_log.push(format!("pong {stroke}"));
-                ball = main.switch(Some(stroke + 1));
-            }
-            ball
-        });
-        let mut ball = 0;
-        while ball < 6 {
-            greenweave::thread::sleep(Duration::from_millis(3));
-            log.push(format!("ping {ball}"));
-            ball = pong.switch(Some(ball + 1)).unwrap();
         }
-        assert_eq!(pong.switch(Some(ball)), Some(6));
-        assert!(pong.is_dead());
-        ticking.set(false);
-        ticker.join().unwrap();
-
-        let rally: Vec<String> = log
-            .events()
-            .into_iter()
-            .filter(|event| event != "tick")
-            .collect();
-        assert_eq!(
-            rally,
-            ["ping 0", "pong 1", "ping 2", "pong 3", "ping 4", "pong 5"]
-        );
         // Both sides' sleeps parked the green thread: the ticker ran between the strokes.
-        let events = log.events();
         for stroke in ["pong 1", "ping 2", "pong 3"] {
-            let at = log.position(stroke);
+            let at = events.iter().position(|event| event == stroke).unwrap();
             assert_eq!(
                 events[at - 1],
                 "tick",
@@ -177,8 +194,14 @@ fn a_greenlet_parked_in_one_green_thread_is_still_current_when_it_wakes_while_an
     greenweave::run(|| {
         let log = Log::default();
         let mut handles = Vec::new();
+        // Each greenlet parks until the waker below says so, once both have parked. (A short
+        // sleep here could let one wake before the other parked: under qemu its deadline could
+        // pass before it parked, and then it went on at once.)
+        let mut wake_ups = Vec::new();
         for name in ["a", "b"] {
             let log = log.clone();
+            let (wake, woken) = greenweave::sync::oneshot::channel::<()>();
+            wake_ups.push(wake);
             handles.push(greenweave::spawn(move || {
                 let main_id = greenlet::current::<()>().id();
                 assert!(greenlet::current::<()>().is_main());
@@ -186,7 +209,7 @@ fn a_greenlet_parked_in_one_green_thread_is_still_current_when_it_wakes_while_an
                 let child = Greenlet::new(move |()| {
                     let me = greenlet::current::<()>().id();
                     child_log.push(format!("{name} parks"));
-                    greenweave::thread::sleep(Duration::from_millis(5));
+                    woken.recv().expect("the waker sends once both have parked");
                     child_log.push(format!("{name} wakes"));
                     assert_eq!(greenlet::current::<()>().id(), me);
                     assert!(!greenlet::current::<()>().is_main());
@@ -197,9 +220,32 @@ fn a_greenlet_parked_in_one_green_thread_is_still_current_when_it_wakes_while_an
                 assert!(greenlet::current::<()>().is_main());
             }));
         }
+        let waker_log = log.clone();
+        let waker = greenweave::spawn(move || {
+            // Bounded, so that a greenlet that never parks fails the test rather than hang it.
+            let logged = |event: &str| waker_log.events().iter().any(|e| e == event);
+            for _ in 0..100_000 {
+                if logged("a parks") && logged("b parks") {
+                    break;
+                }
+                greenweave::thread::yield_now();
+            }
+            // Each pushes its "parks" right before its receive: both are parked now. One at a
+            // time, a first.
+            let mut wake_ups = wake_ups.into_iter();
+            wake_ups.next().unwrap().send(()).unwrap();
+            for _ in 0..100_000 {
+                if logged("a wakes") {
+                    break;
+                }
+                greenweave::thread::yield_now();
+            }
+            wake_ups.next().unwrap().send(()).unwrap();
+        });
         for handle in handles {
             handle.join().unwrap();
         }
+        waker.join().unwrap();
         // Both parked before either woke: the two greenlets were suspended at once, each the
         // running greenlet of its own green thread.
         assert_eq!(log.events(), ["a parks", "b parks", "a wakes", "b wakes"]);
@@ -211,6 +257,9 @@ fn switching_to_a_greenlet_of_another_green_thread_panics_saying_so() {
     greenweave::run(|| {
         let shared: Rc<RefCell<Option<Greenlet<()>>>> = Rc::default();
         let slot = shared.clone();
+        // The owner stays alive, parked, until the stolen switch was tried. (A short sleep here
+        // could end before: under qemu its deadline could pass before it parked.)
+        let (done, until_done) = greenweave::sync::oneshot::channel::<()>();
         let owner = greenweave::spawn(move || {
             let child = Greenlet::new(|()| {
                 let main = greenlet::current::<()>().parent().unwrap();
@@ -218,7 +267,9 @@ fn switching_to_a_greenlet_of_another_green_thread_panics_saying_so() {
             });
             child.switch(());
             *slot.borrow_mut() = Some(child);
-            greenweave::thread::sleep(Duration::from_millis(5));
+            until_done
+                .recv()
+                .expect("the test sends once the switch was tried");
         });
         greenweave::thread::yield_now();
         let stolen = shared
@@ -242,6 +293,8 @@ fn switching_to_a_greenlet_of_another_green_thread_panics_saying_so() {
             message.contains("belongs to another green thread"),
             "{message}"
         );
+        assert!(!owner.is_finished());
+        done.send(()).unwrap();
         owner.join().unwrap();
     });
 }

@@ -99,9 +99,16 @@ fn named(name: &str, body: impl FnOnce() + 'static) -> thread::JoinHandle<()> {
         .expect("spawn")
 }
 
-/// Lets every green thread just spawned run until it parks.
+/// Lets every green thread just spawned run until it parks: looks until none but the caller is
+/// ready. (A short sleep here could return before they had: its deadline could pass before it
+/// parked, and then it only yielded once.)
 fn let_them_park() {
-    thread::sleep(Duration::from_millis(20));
+    let me = thread::current().id().as_u64();
+    dump_when(|dump| {
+        dump.green_threads()
+            .iter()
+            .all(|thread| thread.id() == me || thread.state() != GreenThreadState::Ready)
+    });
 }
 
 /// Dumps (without backtraces) until `ready` holds of the dump, for what another worker, another
@@ -305,6 +312,9 @@ fn a_parked_green_thread_has_been_parked_at_least_as_long_as_it_waited() {
     greenweave::run(|| {
         named("sleep", parks_in_sleep);
         let ready = named("ready", || {});
+        // The 30 ms are counted from a time when it has parked. (Counted from before, the park
+        // could begin late enough, under qemu, to be shorter.)
+        let_them_park();
         thread::sleep(Duration::from_millis(30));
         let dump = greenweave::runtime::dump_without_backtraces();
         let parked_for = find(&dump, "sleep").parked_for().unwrap();
@@ -354,7 +364,9 @@ fn a_lock_cycle_is_reported_as_a_deadlock_while_the_rest_of_the_program_runs() {
         // A bystander waiting for one of them: in a chain, not in the cycle.
         let third = first.clone();
         named("bystander", move || parks_in_lock_unit(third));
-        thread::sleep(Duration::from_millis(30));
+        // Until the cycle has formed. (A sleep could end before: its deadline could pass before
+        // it parked, with one and two still in theirs.)
+        dump_when(|dump| !dump.cycles().is_empty());
         let dump = greenweave::runtime::dump();
         let (one_id, two_id) = (one.thread().id().as_u64(), two.thread().id().as_u64());
         assert_eq!(

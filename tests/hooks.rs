@@ -314,8 +314,8 @@ fn std_sleeps_in_green_threads_end_in_order_of_duration_not_of_spawn() {
     assert_eq!(*order.borrow(), [1, 2, 3, 4, 5]);
 }
 
-#[test]
-fn a_ticker_green_thread_runs_while_another_is_in_std_sleep() {
+/// The log of a green thread in a std sleep of `nap` beside a ticker that yields three times.
+fn std_sleep_beside_a_ticker(nap: Duration) -> Vec<String> {
     let log = Log::default();
     greenweave::run({
         let log = log.clone();
@@ -324,7 +324,7 @@ fn a_ticker_green_thread_runs_while_another_is_in_std_sleep() {
                 let log = log.clone();
                 move || {
                     log.push("sleep starts");
-                    std::thread::sleep(Duration::from_millis(30));
+                    std::thread::sleep(nap);
                     log.push("sleep ends");
                 }
             });
@@ -341,10 +341,23 @@ fn a_ticker_green_thread_runs_while_another_is_in_std_sleep() {
             ticker.join().unwrap();
         }
     });
-    assert_eq!(
-        log.events(),
-        ["sleep starts", "tick", "tick", "tick", "sleep ends"]
-    );
+    log.events()
+}
+
+#[test]
+fn a_ticker_green_thread_runs_while_another_is_in_std_sleep() {
+    // A sleep whose time is up before the hook could park returns without a park (under qemu
+    // or Valgrind the first pass through the hook can take 30 ms): such a try is made again,
+    // longer.
+    let expected = ["sleep starts", "tick", "tick", "tick", "sleep ends"];
+    let mut events = Vec::new();
+    for nap in [30, 300, 3000].map(Duration::from_millis) {
+        events = std_sleep_beside_a_ticker(nap);
+        if events == expected {
+            break;
+        }
+    }
+    assert_eq!(events, expected);
 }
 
 /// Asserts that `sleep`, called in a green thread, parks it and returns `0` no sooner than
@@ -917,24 +930,37 @@ fn fcntl_o_nonblock_makes_reads_fail_at_once_and_ioctl_fionbio_zero_makes_them_p
 #[test]
 fn a_std_read_timeout_ends_a_parked_read_with_would_block() {
     greenweave::run(|| {
+        // A timeout that is up before the hook could park ends the read without a park (under
+        // qemu or Valgrind the first pass through the hook can take that long): such a read is
+        // made again, with a longer timeout.
         let (mut near, _far) = UnixStream::pair().unwrap();
-        near.set_read_timeout(Some(Duration::from_millis(50)))
-            .unwrap();
-        let started = Instant::now();
-        let (parked, result) = parks(|| near.read(&mut [0; 8]));
-        let error = result.unwrap_err();
-        assert_eq!(error.kind(), std::io::ErrorKind::WouldBlock);
-        assert_eq!(error.raw_os_error(), Some(libc::EAGAIN));
+        let mut parked = false;
+        for timeout in [50, 500, 5000].map(Duration::from_millis) {
+            near.set_read_timeout(Some(timeout)).unwrap();
+            let started = Instant::now();
+            let result;
+            (parked, result) = parks(|| near.read(&mut [0; 8]));
+            let error = result.unwrap_err();
+            assert_eq!(error.kind(), std::io::ErrorKind::WouldBlock);
+            assert_eq!(error.raw_os_error(), Some(libc::EAGAIN));
+            assert!(started.elapsed() >= timeout);
+            if parked {
+                break;
+            }
+        }
         assert!(parked);
-        assert!(started.elapsed() >= Duration::from_millis(50));
         // The same on a TCP stream, whose socket the hooks saw created.
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        client
-            .set_read_timeout(Some(Duration::from_millis(20)))
-            .unwrap();
-        let (parked, result) = parks(|| client.read(&mut [0; 8]));
-        assert_eq!(result.unwrap_err().kind(), std::io::ErrorKind::WouldBlock);
+        for timeout in [20, 200, 2000].map(Duration::from_millis) {
+            client.set_read_timeout(Some(timeout)).unwrap();
+            let result;
+            (parked, result) = parks(|| client.read(&mut [0; 8]));
+            assert_eq!(result.unwrap_err().kind(), std::io::ErrorKind::WouldBlock);
+            if parked {
+                break;
+            }
+        }
         assert!(parked);
     });
 }
@@ -943,21 +969,30 @@ fn a_std_read_timeout_ends_a_parked_read_with_would_block() {
 fn a_std_write_timeout_ends_a_write_parked_on_a_full_buffer_with_would_block_and_loses_nothing() {
     greenweave::run(|| {
         let (mut near, mut far) = UnixStream::pair().unwrap();
-        near.set_write_timeout(Some(Duration::from_millis(50)))
-            .unwrap();
         let chunk = [7u8; 65536];
         let mut written = 0;
-        let log = Log::default();
-        let error = with_other_green_thread(&log, "write failed", || {
-            loop {
-                match near.write(&chunk) {
-                    Ok(n) => written += n,
-                    Err(e) => break e,
+        // A timeout that is up before the hook could park ends the write without a park (under
+        // qemu or Valgrind the first pass through the hook can take that long): such a write is
+        // made again, with a longer timeout.
+        let mut events = Vec::new();
+        for timeout in [50, 500, 5000].map(Duration::from_millis) {
+            near.set_write_timeout(Some(timeout)).unwrap();
+            let log = Log::default();
+            let error = with_other_green_thread(&log, "write failed", || {
+                loop {
+                    match near.write(&chunk) {
+                        Ok(n) => written += n,
+                        Err(e) => break e,
+                    }
                 }
+            });
+            assert_eq!(error.kind(), std::io::ErrorKind::WouldBlock);
+            events = log.events();
+            if events == ["other ran", "write failed"] {
+                break;
             }
-        });
-        assert_eq!(error.kind(), std::io::ErrorKind::WouldBlock);
-        assert_eq!(log.events(), ["other ran", "write failed"]);
+        }
+        assert_eq!(events, ["other ran", "write failed"]);
         drop(near);
         let mut received = Vec::new();
         far.read_to_end(&mut received).unwrap();
@@ -1250,12 +1285,14 @@ fn a_coroutine_resumed_in_a_green_thread_parks_it_on_std_sleeps_and_reads() {
         far.write_all(b"data").unwrap();
         let (parked, (slept, data, timed_out)) = parks(|| {
             let mut coroutine = greenweave::Coroutine::<(), (), _>::new(move |_, ()| {
+                // 100 ms, as the waits that must park here are: a shorter one could be up before
+                // the hook parked, under qemu.
                 let started = Instant::now();
-                std::thread::sleep(Duration::from_millis(10));
-                let slept = started.elapsed() >= Duration::from_millis(10);
+                std::thread::sleep(Duration::from_millis(100));
+                let slept = started.elapsed() >= Duration::from_millis(100);
                 let mut data = [0; 4];
                 near.read_exact(&mut data).unwrap();
-                near.set_read_timeout(Some(Duration::from_millis(10)))
+                near.set_read_timeout(Some(Duration::from_millis(100)))
                     .unwrap();
                 let timed_out = near.read(&mut [0; 1]).unwrap_err().kind();
                 (slept, data, timed_out)

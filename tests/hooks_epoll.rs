@@ -436,9 +436,18 @@ fn green_threads_each_in_their_own_foreign_epoll_all_wait_at_once_and_each_gets_
         }
         log.push(format!("{} waiting", waiting.get()));
         // Wake them in reverse order, one at a time: each wakes with its own event.
+        // Each write waits (napping, bounded) until its loop has woken. (One 1 ms nap could be
+        // too short: under qemu its time could be up before it parked, or pass before the
+        // reactor saw the write.)
         for (i, writer) in writers.iter().enumerate().rev() {
             write_byte(writer);
-            std::thread::sleep(Duration::from_millis(1));
+            let woke = format!("loop {i} woke with Ok([{i}])");
+            for _ in 0..60_000 {
+                if log.events().contains(&woke) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
             log.push(format!("wrote {i}"));
         }
         for each in loops {

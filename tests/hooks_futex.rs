@@ -222,12 +222,20 @@ fn a_green_thread_waiting_on_a_std_condvar_is_woken_by_a_plain_os_thread() {
     greenweave::run(|| {
         let pair = Arc::new((Mutex::new(0u32), Condvar::new()));
         let ticks = Rc::new(RefCell::new(0u32));
+        // The heartbeat's word that it ticked, which it can only do once the waiter waits.
+        // (The notifier waited 20 ms instead, which could pass before the waiter even waited,
+        // were this OS thread held up, as under Valgrind.)
+        let (ticked, first_tick) = std::sync::mpsc::channel::<()>();
         let heartbeat = greenweave::spawn({
             let (pair, ticks) = (pair.clone(), ticks.clone());
             move || {
+                let mut ticked = Some(ticked);
                 // Ticks until the value arrives: runs only while the waiter is parked.
                 while *pair.0.lock().unwrap() == 0 {
                     *ticks.borrow_mut() += 1;
+                    if let Some(ticked) = ticked.take() {
+                        ticked.send(()).unwrap();
+                    }
                     std::thread::sleep(Duration::from_millis(1));
                 }
             }
@@ -237,7 +245,7 @@ fn a_green_thread_waiting_on_a_std_condvar_is_woken_by_a_plain_os_thread() {
             std::thread::spawn(move || {
                 let (lock, ready) = &*pair;
                 // Waits until the green thread waits (its wait releases the lock).
-                std::thread::sleep(Duration::from_millis(20));
+                first_tick.recv().unwrap();
                 *lock.lock().unwrap() = 7;
                 ready.notify_all();
             })
@@ -378,17 +386,30 @@ fn timed_std_waits_time_out_in_green_threads_while_others_run() {
                 }
             }
         });
+        // Each wait must park for the heartbeat to tick meanwhile; one whose time is up before
+        // it could park returns without one (under qemu or Valgrind the first pass through the
+        // hook can take that long): such a wait is made again, longer.
+        let ticks = || log.events().iter().filter(|event| *event == "tick").count();
         let (_sender, receiver) = mpsc::channel::<()>();
-        assert_eq!(
-            receiver.recv_timeout(Duration::from_millis(20)),
-            Err(mpsc::RecvTimeoutError::Timeout)
-        );
+        for wait in [20, 200, 2000].map(Duration::from_millis) {
+            let before = ticks();
+            assert_eq!(
+                receiver.recv_timeout(wait),
+                Err(mpsc::RecvTimeoutError::Timeout)
+            );
+            if ticks() > before {
+                break;
+            }
+        }
         let pair = (Mutex::new(()), Condvar::new());
-        let (_guard, result) = pair
-            .1
-            .wait_timeout(pair.0.lock().unwrap(), Duration::from_millis(20))
-            .unwrap();
-        assert!(result.timed_out());
+        for wait in [20, 200, 2000].map(Duration::from_millis) {
+            let before = ticks();
+            let (_guard, result) = pair.1.wait_timeout(pair.0.lock().unwrap(), wait).unwrap();
+            assert!(result.timed_out());
+            if ticks() > before {
+                break;
+            }
+        }
         log.push("timed out twice");
         heartbeat.join().unwrap();
         assert!(log.events().iter().filter(|event| *event == "tick").count() >= 2);

@@ -68,11 +68,27 @@ fn polls_yields_and_parks_count_what_a_scripted_workload_did() {
     assert_eq!(after.worker_local_queue_depth(0), 0);
 }
 
+/// Sleeps, from 1 ms on and each try twice as long, until a sleep parked on `worker` (one whose
+/// time was up before it could park only yields); returns how many only yielded.
+fn sleep_until_one_parks(worker: usize) -> u64 {
+    let mut nap = Duration::from_millis(1);
+    for missed in 0..12 {
+        greenweave::thread::sleep(nap);
+        if metrics().worker_green_park_count(worker, ParkReason::Sleep) > 0 {
+            return missed;
+        }
+        nap *= 2;
+    }
+    panic!("no sleep parked, the last of {nap:?}");
+}
+
 #[test]
 fn parks_are_counted_by_the_reason_of_each_wait() {
-    let metrics = greenweave::run(|| {
-        // Sleep: 1.
-        greenweave::thread::sleep(Duration::from_millis(1));
+    let (missed, metrics) = greenweave::run(|| {
+        // Sleep: 1. A sleep whose time is up before it could park only yields (under qemu its
+        // millisecond can pass on the way); each try sleeps longer, the tries stop at the
+        // first park, and the yields of those that missed are counted below.
+        let missed = sleep_until_one_parks(0);
         // Sync (the child's recv) and Join (main's join, the child still parked): 1 each.
         let (sender, receiver) = greenweave::sync::mpsc::channel();
         let child = greenweave::spawn(move || receiver.recv().unwrap());
@@ -91,7 +107,7 @@ fn parks_are_counted_by_the_reason_of_each_wait() {
         let mut byte = [0];
         assert_eq!(near.recv(&mut byte).unwrap(), 1);
         writer.join().unwrap();
-        metrics()
+        (missed, metrics())
     });
     assert_eq!(
         parks(&metrics, 0),
@@ -104,11 +120,11 @@ fn parks_are_counted_by_the_reason_of_each_wait() {
         ]
     );
     assert_eq!(metrics.green_park_count(ParkReason::Sync), 1);
-    assert_eq!(metrics.worker_yield_count(0), 1);
+    assert_eq!(metrics.worker_yield_count(0), 1 + missed);
     // Main's runs that ended in its yield and its 5 parks (not the one under way, which reads
     // the metrics), the receiver's 2 (a park, its end) and the writer's 1 (its end: its send
-    // never parks).
-    assert_eq!(metrics.worker_poll_count(0), 6 + 2 + 1);
+    // never parks); and one for each sleep that only yielded.
+    assert_eq!(metrics.worker_poll_count(0), 6 + 2 + 1 + missed);
     // The read's readiness event, and the blocking polls of the unblock and the read (the
     // sleep's too, unless its millisecond had passed by the time the worker looked, as it can
     // under qemu: then the timer fires without a wait).
@@ -202,7 +218,7 @@ fn green_threads_ended_by_shutdown_are_no_longer_alive() {
 #[test]
 fn every_worker_counts_its_own_green_threads() {
     let runtime = Runtime::builder().workers(2).build().unwrap();
-    let metrics = runtime.run(|| {
+    let (missed, metrics) = runtime.run(|| {
         let remote = greenweave::thread::spawn_on(1, || {
             // Main must be parked in its join before this ends, or the join finds the result
             // and never parks (under Valgrind main can be held off that long): wait for its
@@ -218,18 +234,20 @@ fn every_worker_counts_its_own_green_threads() {
             for _ in 0..5 {
                 greenweave::thread::yield_now();
             }
-            greenweave::thread::sleep(Duration::from_millis(20));
+            // A sleep that only yielded (its time up before it could park, as under qemu) is
+            // made again, longer, and counted below.
+            sleep_until_one_parks(1)
         });
-        remote.join().unwrap();
-        metrics()
+        let missed = remote.join().unwrap();
+        (missed, metrics())
     });
     assert_eq!(metrics.num_workers(), 2);
     assert_eq!(metrics.spawned_tasks_count(), 2);
     assert_eq!(metrics.num_alive_tasks(), 0);
-    // Worker 1: 5 yields, one sleep, its end.
-    assert_eq!(metrics.worker_yield_count(1), 5);
+    // Worker 1: 5 yields, one sleep, its end (and a yield for each sleep that missed its park).
+    assert_eq!(metrics.worker_yield_count(1), 5 + missed);
     assert_eq!(parks(&metrics, 1), [(ParkReason::Sleep, 1)]);
-    assert_eq!(metrics.worker_poll_count(1), 7);
+    assert_eq!(metrics.worker_poll_count(1), 7 + missed);
     // Worker 0: main parked in the join (once or more: a remote join re-checks on wake-up).
     assert_eq!(metrics.worker_yield_count(0), 0);
     let joins = metrics.worker_green_park_count(0, ParkReason::OtherWorker);
@@ -298,7 +316,8 @@ fn the_blocking_pool_reports_its_busy_threads_and_queued_calls() {
 #[test]
 fn a_wake_up_by_a_timer_is_a_scheduling_delay_sample() {
     let metrics = greenweave::run(|| {
-        greenweave::thread::sleep(Duration::from_millis(1));
+        // Until a sleep parked: one whose time was up first (as under qemu) only yields.
+        sleep_until_one_parks(0);
         metrics()
     });
     assert!(delay_samples(&metrics, 0) >= 1);

@@ -760,8 +760,13 @@ fn cancel_of_a_green_thread_that_has_not_started_never_runs_its_body() {
 #[test]
 fn join_timeout_hands_the_handle_back_while_the_green_thread_runs_and_it_stays_joinable() {
     greenweave::run(|| {
-        let handle = greenweave::spawn(|| {
-            thread::sleep(Duration::from_millis(20));
+        // It runs until told to finish. (A short sleep here could end first: under qemu its
+        // deadline could pass before it parked.)
+        let (finish, told_to_finish) = greenweave::sync::oneshot::channel::<()>();
+        let handle = greenweave::spawn(move || {
+            told_to_finish
+                .recv()
+                .expect("the test sends after the join timed out");
             "done"
         });
         let handle = match handle.join_timeout(Duration::from_millis(1)) {
@@ -769,6 +774,7 @@ fn join_timeout_hands_the_handle_back_while_the_green_thread_runs_and_it_stays_j
             Ok(result) => panic!("returned before the green thread finished: {result:?}"),
         };
         assert!(!handle.is_finished());
+        finish.send(()).unwrap();
         assert_eq!(handle.join().unwrap(), "done");
     });
 }
@@ -778,26 +784,36 @@ fn join_timeout_hands_the_handle_back_while_the_green_thread_runs_and_it_stays_j
 /// looks once more and takes the result instead of handing the handle back.
 #[test]
 fn join_timeout_returns_a_result_that_arrives_in_the_turn_its_deadline_passes() {
-    let outcome = greenweave::run(|| {
-        let start = Instant::now();
-        let joinee = greenweave::spawn(|| {
-            thread::sleep(Duration::from_millis(5));
-            7
-        });
-        let joiner = greenweave::spawn(move || joinee.join_timeout(Duration::from_millis(10)));
-        // Keeps the scheduler busy past both deadlines, so both timers are due when it next
-        // looks, and fire in deadline order: the joinee's, then the joiner's.
-        greenweave::spawn(move || {
-            while start.elapsed() < Duration::from_millis(20) {
-                std::hint::spin_loop();
+    // A joiner whose deadline passed before it could park hands the handle back with the
+    // green thread unfinished, as it should (under qemu 10 ms can pass on the way): such a
+    // try shows nothing and is made again, with every time longer.
+    for lead in [5, 50, 500].map(Duration::from_millis) {
+        let outcome = greenweave::run(move || {
+            let start = Instant::now();
+            let joinee = greenweave::spawn(move || {
+                thread::sleep(lead);
+                7
+            });
+            let joiner = greenweave::spawn(move || joinee.join_timeout(2 * lead));
+            // Keeps the scheduler busy past both deadlines, so both timers are due when it next
+            // looks, and fire in deadline order: the joinee's, then the joiner's.
+            greenweave::spawn(move || {
+                while start.elapsed() < 4 * lead {
+                    std::hint::spin_loop();
+                }
+            });
+            match joiner.join().unwrap() {
+                Ok(result) => Some(Ok(result.unwrap())),
+                Err(handle) if !handle.is_finished() => None,
+                Err(_handle) => Some(Err("handed back although the result had arrived")),
             }
         });
-        match joiner.join().unwrap() {
-            Ok(result) => Ok(result.unwrap()),
-            Err(_handle) => Err("handed back although the result had arrived"),
+        if let Some(outcome) = outcome {
+            assert_eq!(outcome, Ok(7));
+            return;
         }
-    });
-    assert_eq!(outcome, Ok(7));
+    }
+    panic!("every joiner's deadline passed before the joinee finished");
 }
 
 #[test]

@@ -195,16 +195,22 @@ fn scoped_green_threads_mutate_borrowed_data_and_the_caller_sees_it_after_scope(
 fn scope_returns_its_closures_value_only_after_every_green_thread_finished() {
     greenweave::run(|| {
         let events = RefCell::new(Vec::new());
+        // The waiter parks until the yielder is done, so that it finishes last. (A short sleep
+        // could end first: its deadline could pass before it parked, under qemu.)
+        let (yielded, yielder_done) = greenweave::sync::oneshot::channel::<()>();
         let value = thread::scope(|s| {
             s.spawn(|| {
-                thread::sleep(Duration::from_millis(5));
-                events.borrow_mut().push("sleeper finished");
+                yielder_done
+                    .recv()
+                    .expect("the yielder sends once it is done");
+                events.borrow_mut().push("waiter finished");
             });
             s.spawn(|| {
                 for _ in 0..3 {
                     thread::yield_now();
                 }
                 events.borrow_mut().push("yielder finished");
+                yielded.send(()).unwrap();
             });
             events.borrow_mut().push("closure returned");
             42
@@ -216,7 +222,7 @@ fn scope_returns_its_closures_value_only_after_every_green_thread_finished() {
             [
                 "closure returned",
                 "yielder finished",
-                "sleeper finished",
+                "waiter finished",
                 "scope returned"
             ]
         );

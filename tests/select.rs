@@ -217,12 +217,19 @@ fn a_timeout_alone_is_a_sleep_that_other_green_threads_run_during() {
                 }
             })
         };
-        let start = Instant::now();
-        let taken = select! {
-            timeout(Duration::from_millis(2)) => "timeout",
-        };
-        assert_eq!(taken, "timeout");
-        assert!(start.elapsed() >= Duration::from_millis(2));
+        // A timeout whose time is up before the select could park lets nothing run (under
+        // qemu 2 ms can pass on the way): such a try is made again, longer.
+        for wait in [2, 20, 200, 2000].map(Duration::from_millis) {
+            let start = Instant::now();
+            let taken = select! {
+                timeout(wait) => "timeout",
+            };
+            assert_eq!(taken, "timeout");
+            assert!(start.elapsed() >= wait);
+            if ticks.get() > 0 {
+                break;
+            }
+        }
         assert!(ticks.get() > 0, "the heartbeat ran while the select waited");
         heartbeat.cancel();
     });
@@ -578,8 +585,11 @@ fn a_select_cancelled_while_parked_takes_nothing_and_every_channel_works_after()
         let (b_tx, b) = mpsc::sync_channel::<u32>(1);
         b_tx.send(0).unwrap();
         let (r_tx, r) = mpsc::sync_channel::<u32>(0);
-        let worker = greenweave::spawn(|| {
-            thread::sleep(Duration::from_millis(1));
+        // The worker waits until the end of the test, so that its join is never ready. (A 1 ms
+        // sleep could end before the cancel, and the select would take the join.)
+        let (_release, released) = greenweave::sync::oneshot::channel::<()>();
+        let worker = greenweave::spawn(move || {
+            let _ = released.recv();
             "worker"
         });
         let a = Rc::new(a);

@@ -315,13 +315,17 @@ fn a_rendezvous_send_returns_once_taken_or_hands_its_value_back_if_the_receiver_
 fn a_plain_os_thread_can_be_either_end() {
     // OS thread receiving from a green sender, with a timeout first.
     let (tx, rx) = shared::channel::<u32>();
+    // The sender waits for the receiver's word that its timeout is over. (Waiting 20 ms
+    // instead could end first, were the receiver's thread held up, as under Valgrind.)
+    let (timed_out, wait_for_timed_out) = shared::channel::<()>();
     let receiver = std::thread::spawn(move || {
         let first = rx.recv_timeout(Duration::from_millis(1));
+        timed_out.send(()).unwrap();
         let rest: Vec<u32> = rx.iter().collect();
         (first, rest)
     });
     greenweave::run(move || {
-        thread::sleep(Duration::from_millis(20));
+        wait_for_timed_out.recv().unwrap();
         for n in 0..3 {
             tx.send(n).unwrap();
         }
@@ -613,14 +617,18 @@ fn a_select_send_on_a_full_shared_channel_is_taken_once_another_runtime_makes_ro
 #[test]
 fn a_select_send_on_a_shared_rendezvous_is_taken_once_a_receiver_waits_on_another_os_thread() {
     let (tx, rx) = shared::sync_channel::<&str>(0);
+    // The receiver starts once the try has been made. (Starting after 20 ms instead could be
+    // too soon, were this thread held up, as under Valgrind.)
+    let (go, wait_for_go) = shared::channel::<()>();
     let receiver = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(20));
+        wait_for_go.recv().unwrap();
         rx.recv()
     });
     greenweave::run(move || {
         let mut select = greenweave::sync::select::Select::new();
         let send = select.send(&tx);
         assert!(select.try_select().is_err(), "no receiver waits yet");
+        go.send(()).unwrap();
         let operation = select.select();
         assert_eq!(operation.index(), send);
         operation.send(&tx, "hand-off").unwrap();

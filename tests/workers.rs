@@ -111,14 +111,18 @@ fn a_remote_join_handle_can_be_joined_from_an_os_thread_outside_the_runtime() {
 #[test]
 fn join_timeout_hands_back_a_handle_still_joinable() {
     let value = workers(2).run(|| {
-        let slow = thread::spawn_on(1, || {
-            thread::sleep(Duration::from_millis(40));
+        // It waits until told to finish. (A 40 ms sleep could end before the join timed out,
+        // were worker 0 held up that long, as under Valgrind it can be.)
+        let (finish, told_to_finish) = greenweave::sync::shared::channel::<()>();
+        let slow = thread::spawn_on(1, move || {
+            told_to_finish.recv().unwrap();
             7
         });
         let slow = slow
             .join_timeout(Duration::from_millis(1))
-            .expect_err("the remote green thread is still sleeping");
+            .expect_err("the remote green thread is still waiting");
         assert!(!slow.is_finished());
+        finish.send(()).unwrap();
         slow.join().unwrap()
     });
     assert_eq!(value, 7);
