@@ -156,6 +156,19 @@ impl Pool {
         self.kept.push(stack);
     }
 
+    /// Puts a stack freed while the pool is full with those waiting to be unmapped, and unmaps
+    /// them all once there are [`batch::MAX_BATCH`].
+    fn doom(&self, stack: Stack) {
+        self.doomed.push(stack);
+        let count = self.doomed_count.get() + 1;
+        if count < batch::MAX_BATCH {
+            self.doomed_count.set(count);
+            return;
+        }
+        self.doomed_count.set(0);
+        batch::unmap_batch(self.doomed.take());
+    }
+
     /// How many stacks to map now that the pool is empty: the next batch size, but no more
     /// than the pool can keep besides the one taken (none once the thread is exiting).
     fn next_batch(&self) -> usize {
@@ -191,21 +204,6 @@ impl Pool {
         // stack. This is the thread that will take it.
         overflow::ensure_alt_stack();
         self.push(stack);
-    }
-}
-
-impl Pool {
-    /// Puts a stack freed while the pool is full with those waiting to be unmapped, and unmaps
-    /// them all once there are [`batch::MAX_BATCH`].
-    fn doom(&self, stack: Stack) {
-        self.doomed.push(stack);
-        let count = self.doomed_count.get() + 1;
-        if count < batch::MAX_BATCH {
-            self.doomed_count.set(count);
-            return;
-        }
-        self.doomed_count.set(0);
-        batch::unmap_batch(self.doomed.take());
     }
 }
 
@@ -258,7 +256,7 @@ fn map_default() -> io::Result<Stack> {
     let count = POOL.try_with(Pool::next_batch).unwrap_or(1);
     // The batch comes lowest stack first. The highest is returned and the others are pooled
     // in ascending order, so the thread takes them highest first: stack by stack downwards,
-    // and on into the next batch, which the kernel maps just below this one. Green threads
+    // and on into the next batch, which the kernel usually maps just below this one. Green threads
     // spawned one after another then hold neighbouring stacks, which, freed together, are
     // unmapped together (`Pool::doom`).
     let mut highest = None;
