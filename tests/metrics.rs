@@ -68,18 +68,24 @@ fn polls_yields_and_parks_count_what_a_scripted_workload_did() {
     assert_eq!(after.worker_local_queue_depth(0), 0);
 }
 
-/// Sleeps, from 1 ms on and each try twice as long, until a sleep parked on `worker` (one whose
-/// time was up before it could park only yields); returns how many only yielded.
-fn sleep_until_one_parks(worker: usize) -> u64 {
+/// Sleeps with `sleep`, from 1 ms on and each try twice as long, until a sleep parked on
+/// `worker` (one whose time was up before it could park only yields, or returns at once);
+/// returns how many did not park.
+fn sleep_until_one_parks_with(worker: usize, sleep: impl Fn(Duration)) -> u64 {
     let mut nap = Duration::from_millis(1);
     for missed in 0..12 {
-        greenweave::thread::sleep(nap);
+        sleep(nap);
         if metrics().worker_green_park_count(worker, ParkReason::Sleep) > 0 {
             return missed;
         }
         nap *= 2;
     }
     panic!("no sleep parked, the last of {nap:?}");
+}
+
+/// [`sleep_until_one_parks_with`] greenweave's own sleep.
+fn sleep_until_one_parks(worker: usize) -> u64 {
+    sleep_until_one_parks_with(worker, greenweave::thread::sleep)
 }
 
 #[test]
@@ -354,14 +360,7 @@ fn parks_made_by_the_hooks_are_counted_by_reason_too() {
         // could park returns without one (under qemu or Valgrind, the first pass through the
         // hook's code can take longer than a millisecond); each try sleeps longer, and the
         // tries stop at the first park, so exactly one is counted.
-        let mut nap = Duration::from_millis(1);
-        for _ in 0..12 {
-            if metrics().worker_green_park_count(0, ParkReason::Sleep) > 0 {
-                break;
-            }
-            std::thread::sleep(nap);
-            nap *= 2;
-        }
+        sleep_until_one_parks_with(0, std::thread::sleep);
         // A std Mutex held across a yield: the other green thread's lock waits in a futex,
         // made green: a Futex park.
         let lock = std::sync::Arc::new(std::sync::Mutex::new(0));
