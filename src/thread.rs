@@ -392,7 +392,7 @@ impl<T> JoinHandle<T> {
     ///
     /// greenweave::run(|| {
     ///     let slow = greenweave::spawn(|| {
-    ///         thread::sleep(Duration::from_millis(20));
+    ///         thread::sleep(Duration::from_millis(200));
     ///         7
     ///     });
     ///     let slow = slow

@@ -25,16 +25,16 @@
 //! greenweave::run(|| {
 //!     let (_tx, jobs) = mpsc::channel::<u32>();
 //!     let heartbeat = timer_channel::tick(Duration::from_millis(1));
-//!     let give_up = timer_channel::after(Duration::from_millis(5));
+//!     let give_up = timer_channel::after(Duration::from_secs(60));
 //!     let mut beats = 0;
-//!     loop {
+//!     while beats < 3 {
 //!         select! {
 //!             recv(jobs) -> job => unreachable!("no job is sent: {job:?}"),
 //!             recv(heartbeat) -> _ => beats += 1,
 //!             recv(give_up) -> _ => break,
 //!         }
 //!     }
-//!     assert!(beats >= 1);
+//!     assert_eq!(beats, 3);
 //! });
 //! ```
 //!

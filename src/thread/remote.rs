@@ -206,7 +206,7 @@ impl<T> RemoteJoinHandle<T> {
     /// let runtime = Runtime::builder().workers(2).build()?;
     /// runtime.run(|| {
     ///     let slow = thread::spawn_on(1, || {
-    ///         thread::sleep(Duration::from_millis(30));
+    ///         thread::sleep(Duration::from_millis(200));
     ///         7
     ///     });
     ///     let slow = slow.join_timeout(Duration::from_millis(1)).expect_err("still sleeping");
