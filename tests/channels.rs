@@ -1045,7 +1045,7 @@ mod send_timeout {
             let (tx, rx) = mpsc::sync_channel(1);
             tx.send("first").unwrap();
             let order = Rc::new(RefCell::new(Vec::new()));
-            let senders: Vec<_> = [("impatient", ms(1)), ("patient", Duration::from_secs(60))]
+            let mut senders = [("impatient", ms(1)), ("patient", Duration::from_secs(60))]
                 .into_iter()
                 .map(|(name, patience)| {
                     let (tx, order) = (tx.clone(), order.clone());
@@ -1053,14 +1053,16 @@ mod send_timeout {
                         let outcome = tx.send_timeout(name, patience);
                         order.borrow_mut().push((name, outcome.is_ok()));
                     })
-                })
-                .collect();
-            thread::sleep(ms(5)); // the impatient one gives up
+                });
+            let impatient = senders.next().unwrap();
+            let patient = senders.next().unwrap();
+            // The impatient one gives up while nobody receives; the patient one is still in
+            // line (a sleep here instead once lost the race under Valgrind: the impatient one
+            // had not yet started when the sleep ended).
+            impatient.join().unwrap();
             drop(tx);
             let got: Vec<_> = rx.iter().collect();
-            for sender in senders {
-                sender.join().unwrap();
-            }
+            patient.join().unwrap();
             (got, Rc::try_unwrap(order).unwrap().into_inner())
         });
         assert_eq!(order.0, ["first", "patient"]);
