@@ -27,6 +27,9 @@ fn main() {
         );
     }
     println!("cargo::rustc-check-cfg=cfg(greenweave_asan)");
+    // `--cfg greenweave_chaos` (set by .ci/chaos): the scheduler delays runs at random to
+    // shake out tests that rest on timing (src/runtime/chaos.rs).
+    println!("cargo::rustc-check-cfg=cfg(greenweave_chaos)");
     let sanitizers = env::var("CARGO_CFG_SANITIZE").unwrap_or_default();
     if sanitizers
         .split(',')

@@ -13,6 +13,8 @@
 //! [`crate::thread`], sockets in [`crate::net`].
 
 pub(crate) mod budget;
+#[cfg(greenweave_chaos)]
+mod chaos;
 pub(crate) mod dump;
 pub(crate) mod locals;
 mod metrics;

@@ -926,6 +926,8 @@ impl Scheduler {
         if self.watches_stalls() {
             self.stall_entering(&task);
         }
+        #[cfg(greenweave_chaos)]
+        super::chaos::before_run(task.yielder.get().is_null());
         self.current.set(Rc::as_ptr(&task));
         #[cfg(feature = "tracing")]
         super::trace::switch_in(&task);
