@@ -503,13 +503,16 @@ macro_rules! channel_kind {
                         scope(|scope| {
                             let (s, r) = unbounded::<i32>();
 
-                            scope.spawn(move || {
+                            let dropper = scope.spawn(move || {
                                 sleep(ms(10));
                                 drop(s);
                             });
 
                             let mut sel = Select::new();
                             assert!(sel.ready_timeout(ms(20)).is_err());
+                            // Not in crossbeam's test, which counts on the 20 ms outlasting
+                            // the 10 (not so when the dropper starts late, as under Valgrind).
+                            dropper.join().unwrap();
 
                             let mut sel = Select::new();
                             sel.recv(&r);
@@ -1750,9 +1753,15 @@ mod shared_across_os_threads {
 
         use super::super::ms;
 
+        /// crossbeam's test orders the two threads by sleeps (300, 200 and 20 ms), which a
+        /// thread that starts late (under Valgrind, on a loaded machine) overruns. Here the
+        /// first empty select says "go" to the sender, and the later selects with `default`
+        /// try again (bounded) until the sender has parked, then until it has gone: each try
+        /// still meets the parked sender without parking itself, which is what is tested.
         #[test]
         fn try_recv() {
             let (s, r) = bounded(0);
+            let (go, gone) = std::sync::mpsc::channel();
 
             std::thread::scope(|scope| {
                 scope.spawn(move || {
@@ -1761,27 +1770,37 @@ mod shared_across_os_threads {
                             recv(r) -> _ => panic!(),
                             default => {}
                         }
-                        sleep(ms(300));
-                        select! {
-                            recv(r) -> v => assert_eq!(v, Ok(7)),
-                            default => panic!(),
-                        }
-                        sleep(ms(200));
-                        select! {
-                            recv(r) -> v => assert_eq!(v, Err(RecvError)),
-                            default => panic!(),
-                        }
+                        go.send(()).unwrap();
+                        assert_eq!(recv_with_default_until_ready(&r), Ok(7));
+                        assert_eq!(recv_with_default_until_ready(&r), Err(RecvError));
                     })
                 });
                 scope.spawn(move || {
                     greenweave::run(move || {
-                        sleep(ms(20));
+                        gone.recv().unwrap();
                         select! {
                             send(s, 7) -> res => res.unwrap(),
                         }
                     })
                 });
             });
+        }
+
+        /// `select!` with `default` until the receive is ready, sleeping 1 ms between tries;
+        /// gives up (panics) after 60 s.
+        fn recv_with_default_until_ready<T>(
+            r: &greenweave::sync::shared::Receiver<T>,
+        ) -> Result<T, RecvError> {
+            let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            loop {
+                select! {
+                    recv(r) -> v => return v,
+                    default => {
+                        assert!(std::time::Instant::now() < give_up, "the sender never came");
+                        sleep(ms(1));
+                    }
+                }
+            }
         }
     }
 }

@@ -336,9 +336,11 @@ fn r2d2_pool_of_2_shared_by_10_green_threads(lending: Lending) {
                         let _holding = held.enter();
                         let count: usize = connection.incr("greenweave:r2d2:counter", 1).unwrap();
                         // Holds the connection (with std's hooked sleep) until every green
-                        // thread has asked for one: those without wait in `get`, so the pool
-                        // is seen full, with a queue.
-                        nap_until(&all_asked);
+                        // thread has asked for one and the pool's other connection is held
+                        // too: those without wait in `get`, so the pool is seen full, with a
+                        // queue (the second holder's `get`, on a helper thread through
+                        // `unblock`, may come later than the first's BLPOP would end).
+                        nap_until(|| all_asked() && held.most.get() >= POOL_SIZE);
                         // And a command that parks in the server too: a short BLPOP on an
                         // empty list times out there, with nothing.
                         let popped: Option<(String, String)> =

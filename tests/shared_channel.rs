@@ -646,10 +646,19 @@ fn a_try_recv_on_a_plain_os_thread_takes_the_message_of_a_select_waiting_to_send
             }
         })
     });
-    // Long enough for the select to park (a margin, not a measurement: a select that has not
-    // parked yet leaves the channel empty, and the try_recv below then fails the test).
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(rx.try_recv(), Ok(13));
+    // A try_recv on a rendezvous channel succeeds only against a parked sender, so this waits
+    // (bounded) for the select to park; a sleep of 200 ms here once fell short under Valgrind on
+    // a loaded machine, where the other thread had not yet started its runtime.
+    let give_up = std::time::Instant::now() + Duration::from_secs(60);
+    let got = loop {
+        match rx.try_recv() {
+            Err(TryRecvError::Empty) if std::time::Instant::now() < give_up => {
+                std::thread::sleep(Duration::from_millis(1))
+            }
+            other => break other,
+        }
+    };
+    assert_eq!(got, Ok(13));
     selecting.join().unwrap();
     assert_eq!(rx.try_recv(), Err(TryRecvError::Disconnected));
 }
