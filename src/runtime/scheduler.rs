@@ -541,6 +541,8 @@ impl Scheduler {
         max_blocking_threads: usize,
         worker: WorkerLink,
     ) -> io::Result<Rc<Scheduler>> {
+        #[cfg(greenweave_chaos)]
+        super::chaos::runtime_starting();
         let reactor = Rc::new(Reactor::new()?);
         let remote = worker.pool.remote(worker.index).clone();
         let id_step = worker.pool.len() as u64;
@@ -920,14 +922,16 @@ impl Scheduler {
     /// Always inlined into the loop: a frame of its own costs a dozen instructions per switch.
     #[inline(always)]
     fn run_task(&self, task: Rc<Task>) {
+        // Before anything is marked as running: a delay here is the scheduler's, not the
+        // green thread's (the stall report must not count it).
+        #[cfg(greenweave_chaos)]
+        super::chaos::before_run(task.yielder.get().is_null());
         task.state.set(TaskState::Running);
         super::budget::refill();
         let wake = task.wake.replace(Wake::Notified);
         if self.watches_stalls() {
             self.stall_entering(&task);
         }
-        #[cfg(greenweave_chaos)]
-        super::chaos::before_run(task.yielder.get().is_null());
         self.current.set(Rc::as_ptr(&task));
         #[cfg(feature = "tracing")]
         super::trace::switch_in(&task);
