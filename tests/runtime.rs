@@ -22,6 +22,9 @@ use greenweave::Runtime;
 use greenweave::io::Async;
 use greenweave::thread::{self, Builder, JoinError, JoinHandle};
 
+#[path = "common/sleep_order.rs"]
+mod sleep_order;
+
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
@@ -407,17 +410,15 @@ fn runtime_builder_refuses_a_stack_size_too_large_to_map_in_build() {
 
 #[test]
 fn sleeping_green_threads_wake_in_deadline_order() {
-    // `sleep` reads the clock itself, a moment after the sleeper records `Instant::now()`, so
-    // its real deadline is known only to lie between the sleeper's record + duration and the
-    // next sleeper's record + duration (the next one starts only once this one has parked).
-    // Compared through those bounds the test holds however slow the machine (Valgrind, qemu).
-    // Every sleep parks: a 0 ms one (once in the list) does not, so it "woke" when it first
-    // ran, which a late start puts after a parked sleeper's deadline but before the poll that
-    // wakes that sleeper (the race detector, .ci/chaos, found it so).
+    // Compared through bounds on each deadline (`assert_woke_in_deadline_order`), the test
+    // holds however slow the machine. Every sleep parks: a 0 ms one (once in the list) does
+    // not, so it "woke" when it first ran, which a late start puts after a parked sleeper's
+    // deadline but before the poll that wakes that sleeper (the race detector, .ci/chaos,
+    // found it so).
     let woke: Log<u64> = log();
     let record = woke.clone();
     let started = greenweave::run(move || {
-        let started: Log<(u64, Instant)> = log();
+        let started: Log<(u64, Duration, Instant)> = log();
         let handles: Vec<_> = [50_u64, 10, 40, 5, 30, 20, 60]
             .into_iter()
             .map(|ms| {
@@ -425,7 +426,7 @@ fn sleeping_green_threads_wake_in_deadline_order() {
                 greenweave::spawn(move || {
                     let duration = Duration::from_millis(ms);
                     let before = Instant::now();
-                    started.borrow_mut().push((ms, before));
+                    started.borrow_mut().push((ms, duration, before));
                     thread::sleep(duration);
                     assert!(before.elapsed() >= duration, "{ms} ms sleeper woke early");
                     record.borrow_mut().push(ms);
@@ -437,30 +438,7 @@ fn sleeping_green_threads_wake_in_deadline_order() {
         }
         Rc::try_unwrap(started).unwrap().into_inner()
     });
-    let woke = woke.borrow();
-    assert_eq!(woke.len(), started.len());
-    // (earliest, latest) possible deadline of each sleeper, in the order they started.
-    let bounds: Vec<(u64, Instant, Option<Instant>)> = started
-        .iter()
-        .enumerate()
-        .map(|(i, &(ms, before))| {
-            let duration = Duration::from_millis(ms);
-            let next = started.get(i + 1).map(|&(_, next)| next + duration);
-            (ms, before + duration, next)
-        })
-        .collect();
-    let bound = |ms: u64| *bounds.iter().find(|b| b.0 == ms).unwrap();
-    for (i, &earlier) in woke.iter().enumerate() {
-        for &later in &woke[i + 1..] {
-            let (_, earliest, _) = bound(earlier);
-            let (_, _, latest) = bound(later);
-            assert!(
-                latest.is_none_or(|latest| earliest <= latest),
-                "the {earlier} ms sleeper woke before the {later} ms one, whose deadline was \
-                 surely earlier; woke in order {woke:?}"
-            );
-        }
-    }
+    sleep_order::assert_woke_in_deadline_order(&started, &woke.borrow());
 }
 
 #[test]
