@@ -256,9 +256,9 @@ fn map_default() -> io::Result<Stack> {
     let count = POOL.try_with(Pool::next_batch).unwrap_or(1);
     // The batch comes lowest stack first. The highest is returned and the others are pooled
     // in ascending order, so the thread takes them highest first: stack by stack downwards,
-    // and on into the next batch, which the kernel usually maps just below this one. Green threads
-    // spawned one after another then hold neighbouring stacks, which, freed together, are
-    // unmapped together (`Pool::doom`).
+    // and on into the next batch, which the kernel usually maps just below this one. Green
+    // threads spawned one after another then hold neighbouring stacks, which, freed together,
+    // are unmapped together (`Pool::doom`).
     let mut highest = None;
     batch::map_batch(Stack::DEFAULT_SIZE, count, |stack| {
         if let Some(lower) = highest.replace(stack) {
