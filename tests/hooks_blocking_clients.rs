@@ -15,6 +15,7 @@
 #![cfg(feature = "hooks")]
 
 mod common;
+use common::spawn_watch;
 #[path = "common/http_get.rs"]
 mod http_get;
 #[path = "common/in_flight.rs"]

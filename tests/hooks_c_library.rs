@@ -135,12 +135,13 @@ fn compile_library(name: &str, fortify: &str) -> PathBuf {
         &["cc"]
     };
     for compiler in compilers {
-        let status = Command::new(compiler)
+        let mut command = Command::new(compiler);
+        command
             .args(["-shared", "-fPIC", "-O2", fortify, "-Wall", "-Werror"])
             .arg("-o")
             .arg(&output)
-            .arg(&source)
-            .status();
+            .arg(&source);
+        let status = common::spawn_watch::spawn(&mut command).and_then(|mut child| child.wait());
         match status {
             Ok(status) if status.success() => return output,
             Ok(status) => panic!(

@@ -18,6 +18,8 @@ mod in_flight;
 mod redis_server;
 #[path = "common/server_process.rs"]
 mod server_process;
+#[path = "common/spawn_watch.rs"]
+mod spawn_watch;
 
 use std::cell::{Cell, RefCell};
 use std::io::BufReader;

@@ -9,6 +9,9 @@
 //! asserted. The few sleeps below only give a call time to reach the state the test is about;
 //! when one is too short, the test still passes with the fix (it only fails to show the bug).
 
+#[path = "common/spawn_watch.rs"]
+mod spawn_watch;
+
 use std::cell::{Cell, RefCell};
 use std::env;
 use std::io::{Read, Write};
@@ -115,13 +118,13 @@ fn two_green_threads_println_to_a_full_stdout_pipe_without_panicking_and_every_l
     if env::var_os(CHILD).is_some_and(|name| name == NAME) {
         println_to_a_full_pipe_child();
     }
-    let mut child = this_binary()
+    let mut command = this_binary();
+    command
         .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
         .env(CHILD, NAME)
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the child starts");
+        .stderr(Stdio::piped());
+    let mut child = spawn_watch::spawn(&mut command).expect("the child starts");
     let mut stderr = child.stderr.take().unwrap();
     let (full_sender, full) = mpsc::channel();
     let stderr = std::thread::spawn(move || {

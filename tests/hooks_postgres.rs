@@ -18,6 +18,8 @@
 
 #[path = "common/postgres_server.rs"]
 mod postgres_server;
+#[path = "common/spawn_watch.rs"]
+mod spawn_watch;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};

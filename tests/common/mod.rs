@@ -21,6 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
+pub mod spawn_watch;
+
 /// Set in the child to the name of the test it must run the crashing part of.
 const CHILD_ENV: &str = "GREENWEAVE_CRASH_CHILD";
 
@@ -140,7 +142,7 @@ fn spawn_child(launcher: Option<&[String]>, test_name: &str) -> (ChildOutcome, b
         });
     }
     command.stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = match command.spawn() {
+    let mut child = match spawn_watch::spawn(&mut command) {
         Ok(child) => child,
         Err(error) => {
             let outcome = ChildOutcome {

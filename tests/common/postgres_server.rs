@@ -142,13 +142,15 @@ impl PostgresServer {
             .args(args)
             .current_dir(&self.dir)
             .env("LC_ALL", "C")
-            .stdin(Stdio::null());
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         if let Some((uid, gid)) = self.user {
             // std drops root's supplementary groups before it switches the user.
             command.uid(uid).gid(gid);
         }
-        command
-            .output()
+        super::spawn_watch::spawn(&mut command)
+            .and_then(|child| child.wait_with_output())
             .unwrap_or_else(|error| panic!("could not run {program}: {error}"))
     }
 }

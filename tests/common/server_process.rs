@@ -103,8 +103,7 @@ impl ServerProcess {
                 .map_err(|error| format!("could not share {log:?}: {error}"))?;
             command.stdout(output).stderr(errors);
         }
-        let child = command
-            .spawn()
+        let child = super::spawn_watch::spawn(&mut command)
             .map_err(|error| format!("could not start {name}: {error}"))?;
         // On the error paths below `server` drops, which kills the child.
         let mut server = ServerProcess { child, port, log };
