@@ -30,10 +30,10 @@ const CHILD_ENV: &str = "GREENWEAVE_CRASH_CHILD";
 /// crash from a child that never got there (a wrong test name, a failed exec).
 pub const CHILD_STARTED: &str = "greenweave-crash-child-started";
 
-/// How long a child may take to print [`CHILD_STARTED`] before it is taken for stuck before its
-/// `exec` and started again. qemu-user can deadlock in the child of a `fork` made while other
-/// threads of the guest run (seen in CI: the child blocked on a futex before `exec`, the test
-/// hung); a child that got going prints the marker within a second or two even under qemu.
+/// How long a child may take, after its `exec`, to print [`CHILD_STARTED`] before it is taken
+/// for stuck on its way there and started again; a child that got going prints the marker
+/// within a second or two even under qemu. (A child stuck before its `exec`, qemu-user's fork
+/// deadlock, is [`spawn_watch`]'s to kill: `Command::spawn` does not return until the `exec`.)
 const START_LIMIT: Duration = Duration::from_secs(60);
 
 /// How many times a child that never started is started again.
