@@ -3,7 +3,10 @@
 //! `Command::spawn` waiting for it forever.
 //!
 //! The stuck child is made on purpose: a `pre_exec` hook, which runs in the child between
-//! `fork` and `exec`, waits forever in `pause` on the attempts the test chooses.
+//! `fork` and `exec`, waits forever in `pause` on the attempts the test chooses. A spawn held
+//! up after its `exec` (another process holds the pipe `Command::spawn` waits on, as another
+//! test's stuck child does when it was forked while this spawn forked) is made with a hook that
+//! forks a grandchild which keeps that pipe open for a while.
 
 #[path = "common/spawn_watch.rs"]
 mod spawn_watch;
@@ -23,13 +26,29 @@ const LIMIT: Duration = Duration::from_secs(3);
 /// attempts are counted by the files `count-0`, `count-1`, ... that each child creates in
 /// `dir` (`O_CREAT | O_EXCL`, async-signal-safe like `pause`).
 fn true_stuck_on_first_attempts(dir: &PathBuf, stuck_attempts: usize) -> Command {
+    true_with_hook(dir, stuck_attempts, None)
+}
+
+/// [`true_stuck_on_first_attempts`]; with `pipe_held_for`, each child that goes on to its
+/// `exec` first forks a grandchild that sleeps that long with the child's descriptors (the
+/// pipe to its parent's `Command::spawn` among them), then exits.
+fn true_with_hook(
+    dir: &PathBuf,
+    stuck_attempts: usize,
+    pipe_held_for: Option<Duration>,
+) -> Command {
+    let pipe_held_for = pipe_held_for.map(|hold| libc::timespec {
+        tv_sec: hold.as_secs() as libc::time_t,
+        tv_nsec: 0,
+    });
     fs::create_dir_all(dir).unwrap();
     let counters: Vec<std::ffi::CString> = (0..spawn_watch::TRIES + 1)
         .map(|n| std::ffi::CString::new(format!("{}/count-{n}", dir.display())).unwrap())
         .collect();
     let mut command = Command::new("true");
-    // SAFETY: the hook calls only open, close and pause, which are async-signal-safe, and
-    // reads only `counters`, which the fork copied whole.
+    // SAFETY: the hook calls only open, close, pause, fork, nanosleep and _exit, which are
+    // async-signal-safe, and reads only `counters` and `pipe_held_for`, which the fork copied
+    // whole.
     unsafe {
         command.pre_exec(move || {
             for (attempt, counter) in counters.iter().enumerate() {
@@ -44,6 +63,12 @@ fn true_stuck_on_first_attempts(dir: &PathBuf, stuck_attempts: usize) -> Command
                         loop {
                             libc::pause();
                         }
+                    }
+                    if let Some(hold) = &pipe_held_for
+                        && libc::fork() == 0
+                    {
+                        libc::nanosleep(hold, std::ptr::null_mut());
+                        libc::_exit(0);
                     }
                     return Ok(());
                 }
@@ -96,5 +121,22 @@ fn a_child_that_execs_is_spawned_once() {
     let mut child = spawn_watch::spawn_within(&mut command, LIMIT).expect("it runs");
     assert!(child.wait().unwrap().success());
     assert_eq!(attempts_made(&dir), 1);
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The case that an earlier version of the watch got wrong, seen when the tests above started
+/// at the same moment: the child exec'd, but `Command::spawn` still waited, because another
+/// process held its pipe. The watch must neither kill that child (it runs its program) nor
+/// spawn again; the spawn returns when the holder lets go.
+#[test]
+fn a_spawn_held_up_after_its_exec_by_another_holder_of_its_pipe_is_waited_for_not_repeated() {
+    let dir = scratch_dir("held");
+    let mut command = true_with_hook(&dir, 0, Some(LIMIT * 2));
+    let mut child = spawn_watch::spawn_within(&mut command, LIMIT).expect("it runs");
+    assert!(
+        child.wait().unwrap().success(),
+        "the child ran `true` to its end"
+    );
+    assert_eq!(attempts_made(&dir), 1, "spawned once");
     fs::remove_dir_all(&dir).unwrap();
 }

@@ -12,9 +12,15 @@
 //!   descriptor its parent had open at the fork, so the pipe never reaches end of file.
 //!
 //! [`spawn`] runs `Command::spawn` on a thread of its own. If that has not returned within
-//! [`EXEC_LIMIT`], it kills the thread's children (the child stuck before `exec`; the thread
-//! has no other) and spawns again, at most [`TRIES`] times. Killing the stuck child also frees
-//! the other tests' pipes. Natively, and under qemu when the fork goes well, it is one spawn.
+//! [`EXEC_LIMIT`], it kills the thread's children that are still a copy of this process (their
+//! command line is this process's: they have not reached `exec`) and spawns again, at most
+//! [`TRIES`] times. Killing the stuck child also frees the other tests' pipes.
+//!
+//! A spawn can also wait that long with no child of its own stuck: its child has exec'd, but
+//! another test's stuck child, forked at the same moment, holds the pipe `Command::spawn` waits
+//! on. That child is left alone (it is running its program), and the spawn returns once the
+//! other test's watch has killed the stuck one. Natively, and under qemu when the fork goes
+//! well, [`spawn`] is one `Command::spawn`.
 
 use std::io;
 use std::process::{Child, Command};
@@ -67,10 +73,11 @@ fn spawn_once(command: &mut Command, exec_limit: Duration) -> (io::Result<Child>
         let tid = tid.recv().expect("the spawning thread sends its id first");
         let begun = Instant::now();
         let mut killed = false;
+        let mut next_look = begun + exec_limit;
         while !spawner.is_finished() {
-            if !killed && begun.elapsed() > exec_limit {
-                kill_children_of_thread(tid, exec_limit);
-                killed = true;
+            if !killed && Instant::now() >= next_look {
+                killed = kill_unexeced_children_of_thread(tid, exec_limit);
+                next_look += Duration::from_secs(1);
             }
             thread::sleep(Duration::from_millis(10));
         }
@@ -79,22 +86,43 @@ fn spawn_once(command: &mut Command, exec_limit: Duration) -> (io::Result<Child>
     })
 }
 
-/// Sends SIGKILL to every child that the thread `tid` of this process started, which have been
-/// stuck for `stuck_for`.
-fn kill_children_of_thread(tid: libc::pid_t, stuck_for: Duration) {
-    // Not /proc/self: qemu-user answers some /proc/self files itself. The process id and
-    // the thread id are the host's, under qemu too.
-    let path = format!("/proc/{}/task/{tid}/children", std::process::id());
-    let children = std::fs::read_to_string(&path).unwrap_or_default();
-    for pid in children
+/// Sends SIGKILL to every child that the thread `tid` of this process started and that has
+/// not reached its `exec` (stuck there for `stuck_for`); returns whether there was one.
+///
+/// A child that has not exec'd is a copy of this process, command line included; one that has
+/// runs another (the tests always add arguments when they run this binary again), and a child
+/// that has ended has none. Children of other threads that ended are handed to a live thread,
+/// possibly `tid`: they have exec'd or ended, so the command line leaves them alone too.
+fn kill_unexeced_children_of_thread(tid: libc::pid_t, stuck_for: Duration) -> bool {
+    let pid = std::process::id();
+    // Not /proc/self or /proc/PID/cmdline: qemu-user (and Valgrind) answer those with the
+    // guest's arguments, not the host process's, which is what the child's file shows. Through
+    // task/PID they are read from the kernel. The ids are the host's, under qemu too.
+    let read_command_line = |path: String| std::fs::read(path).ok().filter(|line| !line.is_empty());
+    let Some(own_command_line) = read_command_line(format!("/proc/{pid}/task/{pid}/cmdline"))
+    else {
+        return false;
+    };
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")).unwrap_or_default();
+    let mut killed = false;
+    for child in children
         .split_whitespace()
-        .filter_map(|pid| pid.parse().ok())
+        .filter_map(|child| child.parse::<libc::pid_t>().ok())
     {
+        if read_command_line(format!("/proc/{child}/task/{child}/cmdline")).as_ref()
+            != Some(&own_command_line)
+        {
+            continue;
+        }
         eprintln!(
-            "spawn_watch: killing child {pid}, stuck for {stuck_for:?} between fork and exec"
+            "spawn_watch: killing child {child}, stuck for {stuck_for:?} between fork and exec"
         );
-        // SAFETY: kill has no memory preconditions; `pid` is a child of this process that
-        // has not been reaped (the spawning thread has not returned), so the id is not reused.
-        unsafe { libc::kill(pid, libc::SIGKILL) };
+        // SAFETY: kill has no memory preconditions; `child` is a child of this process that
+        // nobody has reaped (its spawning thread has not returned, and a child handed over from
+        // an ended thread has exec'd), so the id is not reused.
+        unsafe { libc::kill(child, libc::SIGKILL) };
+        killed = true;
     }
+    killed
 }
