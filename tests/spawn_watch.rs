@@ -14,7 +14,7 @@ mod spawn_watch;
 use std::fs;
 use std::io::ErrorKind;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -25,18 +25,14 @@ const LIMIT: Duration = Duration::from_secs(3);
 /// A `true` whose first `stuck_attempts` children wait forever before their `exec`. The
 /// attempts are counted by the files `count-0`, `count-1`, ... that each child creates in
 /// `dir` (`O_CREAT | O_EXCL`, async-signal-safe like `pause`).
-fn true_stuck_on_first_attempts(dir: &PathBuf, stuck_attempts: usize) -> Command {
+fn true_stuck_on_first_attempts(dir: &Path, stuck_attempts: usize) -> Command {
     true_with_hook(dir, stuck_attempts, None)
 }
 
 /// [`true_stuck_on_first_attempts`]; with `pipe_held_for`, each child that goes on to its
 /// `exec` first forks a grandchild that sleeps that long with the child's descriptors (the
 /// pipe to its parent's `Command::spawn` among them), then exits.
-fn true_with_hook(
-    dir: &PathBuf,
-    stuck_attempts: usize,
-    pipe_held_for: Option<Duration>,
-) -> Command {
+fn true_with_hook(dir: &Path, stuck_attempts: usize, pipe_held_for: Option<Duration>) -> Command {
     let pipe_held_for = pipe_held_for.map(|hold| libc::timespec {
         tv_sec: hold.as_secs() as libc::time_t,
         tv_nsec: 0,
@@ -86,18 +82,32 @@ fn scratch_dir(name: &str) -> PathBuf {
     dir
 }
 
-fn attempts_made(dir: &PathBuf) -> usize {
+fn attempts_made(dir: &Path) -> usize {
     fs::read_dir(dir).unwrap().count()
+}
+
+/// Spawns `command` through the watch, checks that its child ran `true` to its end, and
+/// returns how many attempts its children counted in `dir` (which it then removes).
+fn attempts_to_run(dir: &Path, mut command: Command) -> usize {
+    let mut child = spawn_watch::spawn_within(&mut command, LIMIT).expect("a try runs");
+    assert!(
+        child.wait().unwrap().success(),
+        "the child ran `true` to its end"
+    );
+    let attempts = attempts_made(dir);
+    fs::remove_dir_all(dir).unwrap();
+    attempts
 }
 
 #[test]
 fn a_child_stuck_before_exec_is_killed_and_the_command_spawned_again() {
     let dir = scratch_dir("once");
-    let mut command = true_stuck_on_first_attempts(&dir, 1);
-    let mut child = spawn_watch::spawn_within(&mut command, LIMIT).expect("the second try runs");
-    assert!(child.wait().unwrap().success());
-    assert_eq!(attempts_made(&dir), 2, "one stuck child, then one that ran");
-    fs::remove_dir_all(&dir).unwrap();
+    let command = true_stuck_on_first_attempts(&dir, 1);
+    assert_eq!(
+        attempts_to_run(&dir, command),
+        2,
+        "one stuck child, then one that ran"
+    );
 }
 
 #[test]
@@ -117,11 +127,8 @@ fn a_command_whose_children_always_stick_fails_saying_so_after_every_try() {
 #[test]
 fn a_child_that_execs_is_spawned_once() {
     let dir = scratch_dir("never");
-    let mut command = true_stuck_on_first_attempts(&dir, 0);
-    let mut child = spawn_watch::spawn_within(&mut command, LIMIT).expect("it runs");
-    assert!(child.wait().unwrap().success());
-    assert_eq!(attempts_made(&dir), 1);
-    fs::remove_dir_all(&dir).unwrap();
+    let command = true_stuck_on_first_attempts(&dir, 0);
+    assert_eq!(attempts_to_run(&dir, command), 1);
 }
 
 /// The case that an earlier version of the watch got wrong, seen when the tests above started
@@ -131,12 +138,6 @@ fn a_child_that_execs_is_spawned_once() {
 #[test]
 fn a_spawn_held_up_after_its_exec_by_another_holder_of_its_pipe_is_waited_for_not_repeated() {
     let dir = scratch_dir("held");
-    let mut command = true_with_hook(&dir, 0, Some(LIMIT * 2));
-    let mut child = spawn_watch::spawn_within(&mut command, LIMIT).expect("it runs");
-    assert!(
-        child.wait().unwrap().success(),
-        "the child ran `true` to its end"
-    );
-    assert_eq!(attempts_made(&dir), 1, "spawned once");
-    fs::remove_dir_all(&dir).unwrap();
+    let command = true_with_hook(&dir, 0, Some(LIMIT * 2));
+    assert_eq!(attempts_to_run(&dir, command), 1, "spawned once");
 }

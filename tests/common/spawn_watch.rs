@@ -76,7 +76,7 @@ fn spawn_once(command: &mut Command, exec_limit: Duration) -> (io::Result<Child>
         let mut next_look = begun + exec_limit;
         while !spawner.is_finished() {
             if !killed && Instant::now() >= next_look {
-                killed = kill_unexeced_children_of_thread(tid, exec_limit);
+                killed = kill_unexeced_children_of_thread(tid, begun.elapsed());
                 next_look += Duration::from_secs(1);
             }
             thread::sleep(Duration::from_millis(10));
@@ -87,7 +87,7 @@ fn spawn_once(command: &mut Command, exec_limit: Duration) -> (io::Result<Child>
 }
 
 /// Sends SIGKILL to every child that the thread `tid` of this process started and that has
-/// not reached its `exec` (stuck there for `stuck_for`); returns whether there was one.
+/// not reached its `exec` (its spawn began `stuck_for` ago); returns whether there was one.
 ///
 /// A child that has not exec'd is a copy of this process, command line included; one that has
 /// runs another (the tests always add arguments when they run this binary again), and a child
@@ -116,7 +116,7 @@ fn kill_unexeced_children_of_thread(tid: libc::pid_t, stuck_for: Duration) -> bo
             continue;
         }
         eprintln!(
-            "spawn_watch: killing child {child}, stuck for {stuck_for:?} between fork and exec"
+            "spawn_watch: killing child {child}, stuck for {stuck_for:.1?} between fork and exec"
         );
         // SAFETY: kill has no memory preconditions; `child` is a child of this process that
         // nobody has reaped (its spawning thread has not returned, and a child handed over from
