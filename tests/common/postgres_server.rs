@@ -35,10 +35,16 @@ pub struct PostgresServer {
 }
 
 impl PostgresServer {
-    /// Makes a cluster and starts its server. Returns `None`, after saying so loudly on stderr,
-    /// if PostgreSQL is not installed and this is not CI; on CI (the `CI` environment variable
-    /// is set) a missing server fails the test.
+    /// Makes a cluster and starts its server, which takes 50 connections at once. Returns
+    /// `None`, after saying so loudly on stderr, if PostgreSQL is not installed and this is not
+    /// CI; on CI (the `CI` environment variable is set) a missing server fails the test.
     pub fn start() -> Option<PostgresServer> {
+        Self::start_with_max_connections(50)
+    }
+
+    /// As [`start`](Self::start), with a server that takes `max_connections` connections at
+    /// once (each is a server process: a test asks for what it uses).
+    pub fn start_with_max_connections(max_connections: usize) -> Option<PostgresServer> {
         let Some(bin) = server_bin() else {
             let message = "PostgreSQL's initdb and pg_ctl were not found (in \
                            /usr/lib/postgresql/*/bin or on PATH): the real-PostgreSQL test \
@@ -91,7 +97,7 @@ impl PostgresServer {
             let port = free_port();
             let options = format!(
                 "-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={} \
-                 -c fsync=off -c max_connections=50",
+                 -c fsync=off -c max_connections={max_connections}",
                 server.dir.display()
             );
             let log = server.dir.join("server.log").display().to_string();
@@ -129,6 +135,11 @@ impl PostgresServer {
             "host=127.0.0.1 port={} user=postgres dbname=postgres",
             self.port
         )
+    }
+
+    /// The server's URL, as `sqlx` takes it.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
 
     fn data(&self) -> String {
