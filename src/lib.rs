@@ -115,6 +115,7 @@ compile_error!("greenweave supports Linux only");
 mod arch;
 mod coroutine;
 mod fiber;
+mod future;
 pub mod greenlet;
 #[cfg(feature = "hooks")]
 pub mod hooks;
@@ -135,6 +136,7 @@ pub mod time;
 pub mod bench_support;
 
 pub use coroutine::{Coroutine, CoroutineResult, Yielder};
+pub use future::block_on;
 pub use runtime::offload::unblock;
 pub use runtime::{Runtime, run};
 pub use stack::Stack;

@@ -515,6 +515,8 @@ enum WaitRecord {
         holder: u64,
     },
     Park,
+    /// `block_on`, waiting on a future of this type.
+    Future(&'static str),
 }
 
 impl WaitRecord {
@@ -545,6 +547,7 @@ impl WaitRecord {
             Wait::Shared(what) => WaitRecord::Shared(what),
             Wait::Futex(address) => WaitRecord::Futex(address),
             Wait::Park => WaitRecord::Park,
+            Wait::Future(type_name) => WaitRecord::Future(type_name),
             Wait::Lock { what, holder } => WaitRecord::Lock {
                 what,
                 address: holder as usize,
@@ -569,6 +572,7 @@ impl WaitRecord {
             WaitRecord::Futex(_) => "futex",
             WaitRecord::Park => "park",
             WaitRecord::Lock { .. } => "lock",
+            WaitRecord::Future(_) => "future",
         }
     }
 
@@ -617,6 +621,7 @@ impl fmt::Display for WaitRecord {
             }
             WaitRecord::Shared(what) => Wait::Shared(what),
             WaitRecord::Futex(address) => Wait::Futex(address),
+            WaitRecord::Future(type_name) => Wait::Future(type_name),
             WaitRecord::Park => {
                 return write!(f, "in greenweave::thread::park, until Thread::unpark");
             }

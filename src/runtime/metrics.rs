@@ -30,7 +30,7 @@ use super::task::Wait;
 /// ```
 /// use greenweave::runtime::ParkReason;
 ///
-/// assert_eq!(ParkReason::ALL.len(), 11);
+/// assert_eq!(ParkReason::ALL.len(), 12);
 /// assert!(ParkReason::ALL.contains(&ParkReason::Sleep));
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -63,6 +63,8 @@ pub enum ParkReason {
     /// [`thread::park`](crate::thread::park) with no deadline, ended by
     /// [`Thread::unpark`](crate::thread::Thread::unpark).
     Park,
+    /// [`block_on`](crate::block_on) waiting for its future's waker.
+    Future,
 }
 
 impl ParkReason {
@@ -79,6 +81,7 @@ impl ParkReason {
         ParkReason::Shared,
         ParkReason::Futex,
         ParkReason::Park,
+        ParkReason::Future,
     ];
 
     /// The reason a park for `wait` is counted under.
@@ -96,12 +99,13 @@ impl ParkReason {
             Wait::Shared(_) => ParkReason::Shared,
             Wait::Futex(_) => ParkReason::Futex,
             Wait::Park => ParkReason::Park,
+            Wait::Future(_) => ParkReason::Future,
         }
     }
 }
 
 /// How many [`ParkReason`]s there are.
-const PARK_REASONS: usize = 11;
+const PARK_REASONS: usize = 12;
 
 /// Buckets of the scheduling delay histogram: bucket 0 holds delays under 64 ns, bucket `i`
 /// delays from `64 << (i - 1)` ns up to `64 << i` ns, and the last one everything from

@@ -113,6 +113,10 @@ pub(crate) enum Wait {
         what: &'static str,
         holder: *const Cell<u64>,
     },
+    /// `greenweave::block_on`, waiting for the future of this type (its `type_name`) to wake
+    /// it: its waker is `Send`, and a tokio timer or socket, another OS thread or another green
+    /// thread may hold it.
+    Future(&'static str),
 }
 
 /// What a parked `select` waits for, in one `Copy` word or two for the deadlock report: how
@@ -180,7 +184,12 @@ impl Wait {
         has_deadline
             || matches!(
                 self,
-                Wait::Sleep | Wait::Io { .. } | Wait::Remote(_) | Wait::Shared(_) | Wait::Futex(_)
+                Wait::Sleep
+                    | Wait::Io { .. }
+                    | Wait::Remote(_)
+                    | Wait::Shared(_)
+                    | Wait::Futex(_)
+                    | Wait::Future(_)
             )
             || matches!(self, Wait::Select(select) if select.fds > 0 || select.other_threads)
     }
@@ -217,6 +226,12 @@ impl fmt::Display for Wait {
             ),
             Wait::Park => write!(f, "in greenweave::thread::park, until a Thread::unpark"),
             Wait::Lock { what, .. } => write!(f, "waiting on {what}"),
+            Wait::Future(type_name) => {
+                write!(
+                    f,
+                    "in greenweave::block_on, waiting on a future of type {type_name}"
+                )
+            }
         }
     }
 }
@@ -313,6 +328,9 @@ pub(crate) struct Task {
     /// The address of the `thread::scope` record it was spawned in (0: none), as the scope's
     /// waiter names it in `Wait::Scope`: for `runtime::dump`'s wait-for edges.
     pub(crate) scope: Cell<usize>,
+    /// Set while `block_on` polls a future on this green thread, to name the mistake of a
+    /// `block_on` nested inside that poll.
+    pub(crate) polling_future: Cell<bool>,
 }
 
 impl Task {
@@ -343,6 +361,7 @@ impl Task {
             parked_until: Cell::new(None),
             parent: Cell::new(0),
             scope: Cell::new(0),
+            polling_future: Cell::new(false),
         }
     }
 
@@ -365,6 +384,7 @@ impl Task {
         self.cancellations_delivered.set(0);
         self.scope_deadline.set(None);
         self.scope.set(0);
+        self.polling_future.set(false);
         self.result.reset();
         self.locals.reset();
         #[cfg(feature = "tracing")]
