@@ -34,19 +34,34 @@
 //!
 //! std's `thread::park` (and so std's mpsc receivers, and crates such as `reqwest::blocking`
 //! that wait with it) waits on one futex word per OS thread, the parker of its `Thread`, which
-//! every green thread of that OS thread shares: `EMPTY` (0), `PARKED` (-1), `NOTIFIED` (1), an
-//! unpark swapping in `NOTIFIED` and waking only if it found `PARKED`. Two green threads parked
-//! at once would drive it to -2 (the second's wait then fails at once, for ever) and lose
-//! unparks. The word's address is learnt once per OS thread (an empty `park_timeout` whose
-//! futex call is watched), and waits on it are kept sound this way: while green threads wait
-//! on it, the word is kept at `PARKED`, so any unpark wakes; a wake on it wakes *every* green
-//! thread waiting there (an unpark names the OS thread, not the green thread; `park` may
-//! return spuriously, and every caller re-checks); a woken waiter leaves with the word set to
-//! `NOTIFIED`, which its `park` consumes. One gap cannot be closed from outside std: an unpark
-//! that lands while another green thread of the OS thread has just taken its own wake-up is
-//! absorbed by it. So while two or more green threads of one OS thread wait there at once,
-//! each also re-checks every [`PARKER_RECHECK`]: a lost unpark costs at most that delay, never
-//! a hang. One green thread waiting alone is exact and costs nothing more.
+//! every green thread of that OS thread shares: `EMPTY` (0), `PARKED` (-1), `NOTIFIED` (1).
+//! `park` moves it down by one (`NOTIFIED` -> `EMPTY` returns at once) and waits while it is
+//! `PARKED`, making no system call when it is anything else; `unpark` swaps in `NOTIFIED` and
+//! makes a futex wake only if it found `PARKED`. Left so, a second green thread's `park` would
+//! move a `PARKED` word to -2 and spin for ever in user space, where no hook sees it.
+//!
+//! So the word's address is learnt per OS thread when its scheduler starts (an empty
+//! `park_timeout` whose futex call is watched), and a green thread's wait on it does this:
+//! - It gives the word back to `EMPTY` (under the table's bucket lock, unless an unpark is
+//!   already there to take), so the next green thread's `park` comes here too.
+//! - An unpark then makes no system call; the scheduler looks for `NOTIFIED` whenever it polls
+//!   (one thread-local load while no green thread waits there), and before it sleeps in
+//!   `epoll_wait` it makes the word `PARKED`, so that an unpark from another OS thread does make
+//!   the futex wake, which reaches the waiters through the table and wakes the worker (the word
+//!   is `EMPTY` again before any green thread runs).
+//! - Any unpark wakes *every* green thread waiting there: it names the OS thread, not one of
+//!   them, and `park` may return spuriously (every caller re-checks). Each leaves with the word
+//!   `NOTIFIED`, which its `park` takes.
+//!
+//! Where it stops: a `park` or `park_timeout` of a green thread that runs between an unpark and
+//! the scheduler's next poll takes the token itself (in user space) and returns, and the green
+//! threads already waiting do not learn of it. So while two or more green threads of one OS
+//! thread wait there at once, each also re-checks every [`PARKER_RECHECK`]: a token taken so
+//! costs that delay (and a `park_timeout` that times out on a `NOTIFIED` word wakes the others
+//! first). A green thread waiting alone costs nothing more, and is exact unless another green
+//! thread's `park` takes its token and that green thread then never waits there again while it
+//! waits (the unpark and that `park` must both fall between two polls of the scheduler): it
+//! then waits for the next unpark of its OS thread.
 //! [`greenweave::sync::mpsc`](crate::sync::mpsc) and the runtime's own parking have none of
 //! this and are the better choice in code written for green threads.
 
@@ -81,6 +96,7 @@ pub(super) const SHARED_RECHECK: Duration = Duration::from_millis(5);
 pub(super) const PARKER_RECHECK: Duration = Duration::from_millis(5);
 
 /// The parker's states (std's `thread_parking/futex.rs`), as the word's `u32`.
+const PARKER_EMPTY: u32 = 0;
 const PARKER_NOTIFIED: u32 = 1;
 const PARKER_PARKED: u32 = u32::MAX;
 
@@ -172,7 +188,7 @@ pub unsafe extern "C" fn greenweave_hook_futex(
     // SAFETY (every call below): the caller's contract is the futex call's, passed on.
     let pass_on = || unsafe { kernel_futex(word, op, value, timeout_or_value2, word2, value3) };
     if PARKER.get() == DISCOVERING {
-        // `this_threads_parker`'s own `park_timeout`: learn the word, let the kernel wait.
+        // `learn_std_parker`'s own `park_timeout`: learn the word, let the kernel wait.
         PARKER.set(word);
         return pass_on();
     }
@@ -531,21 +547,30 @@ thread_local! {
     static PARKER: Cell<usize> = const { Cell::new(0) };
 }
 
-/// [`PARKER`] while `this_threads_parker` watches for the futex call of its `park_timeout`.
+/// [`PARKER`] while `learn_std_parker` watches for the futex call of its `park_timeout`.
 const DISCOVERING: usize = 1;
 /// [`PARKER`] when no futex call was seen (a std whose parker is not a futex word).
 const NO_PARKER: usize = 2;
 
-/// The address of this OS thread's std parker word, learnt on the first call: a
-/// `park_timeout` with an empty token waits on exactly that word, with a futex call the hook
-/// sees (`greenweave_hook_futex` records the address while [`DISCOVERING`]). If an unpark
-/// token was pending, the first `park_timeout` takes it without a futex call; then a second
-/// one is made. An unpark is given afterwards in any case, so no token is lost (a spurious
-/// return from `park` is allowed).
+/// The address of this OS thread's std parker word, as [`learn_std_parker`] found it (0 if it
+/// did not run here, [`NO_PARKER`] if it found none).
 fn this_threads_parker() -> usize {
+    PARKER.get()
+}
+
+/// Learns the address of this OS thread's std parker word; the scheduler calls it as it starts
+/// on an OS thread, outside any green thread. A `park_timeout` with an empty token waits on
+/// exactly that word, with a futex call the hook sees (`greenweave_hook_futex` records the
+/// address while [`DISCOVERING`]). If an unpark token was pending, the first `park_timeout`
+/// takes it without a futex call; then a second one is made. An unpark is given afterwards in
+/// any case, so no token is lost (a spurious return from `park` is allowed).
+///
+/// Not learnt inside a green thread's wait: a `park` there has already made the word `PARKED`,
+/// and the `park_timeout` would find it so and make no futex call.
+pub(crate) fn learn_std_parker() {
     let known = PARKER.get();
-    if known != 0 {
-        return known;
+    if known != 0 && known != DISCOVERING {
+        return;
     }
     for _ in 0..2 {
         PARKER.set(DISCOVERING);
@@ -558,7 +583,6 @@ fn this_threads_parker() -> usize {
         PARKER.set(NO_PARKER);
     }
     std::thread::current().unpark();
-    PARKER.get()
 }
 
 /// The executable's `PT_TLS` segment, `(size, align)`: `(0, 0)` if it has none; `usize::MAX`
@@ -630,10 +654,13 @@ fn two_waiters_on_a_thread_local_word(word: usize) -> ! {
 thread_local! {
     /// How many green threads of this OS thread wait on its parker now.
     static PARKER_WAITERS: Cell<usize> = const { Cell::new(0) };
+    /// Whether the scheduler made the parker word `PARKED` before it slept
+    /// ([`std_parker_before_sleep`]), to be made `EMPTY` again when it wakes.
+    static PARKER_ARMED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// A green thread's wait on its OS thread's std parker (see "One parker per OS thread"):
-/// std's `park` has already moved the word towards `PARKED`; a `NOTIFIED` word means an
+/// std's `park` has just moved the word from `EMPTY` to `PARKED`; a `NOTIFIED` word means an
 /// unpark is there to take.
 ///
 /// # Safety
@@ -643,19 +670,19 @@ unsafe fn wait_on_parker(word: usize, deadline: Option<Instant>) -> c_long {
     let state = unsafe { word_at(word) };
     let waiter = Waiter::for_current_green_thread(word, u32::MAX, true);
     let crowded = PARKER_WAITERS.get() > 0;
-    waiter
-        .rechecks
-        .store(crowded, std::sync::atomic::Ordering::Relaxed);
-    // Under the bucket's lock: take an unpark that is there, else make the word PARKED (from
-    // EMPTY after another green thread took a wake-up, or from -2 after a second `park`).
+    waiter.rechecks.store(crowded, Ordering::Relaxed);
+    // Under the bucket's lock: take an unpark that is there, else give the word back to
+    // `EMPTY`, so that the next green thread's `park` on this OS thread moves it to `PARKED`
+    // and comes here too (from `PARKED`, its `fetch_sub` would leave -2, on which std's wait
+    // returns at once and its `park` spins). The scheduler now watches for unparks.
     let still_waits = || loop {
         let current = state.load(Ordering::SeqCst);
         if current == PARKER_NOTIFIED {
             return false;
         }
-        if current == PARKER_PARKED
+        if current == PARKER_EMPTY
             || state
-                .compare_exchange(current, PARKER_PARKED, Ordering::SeqCst, Ordering::SeqCst)
+                .compare_exchange(current, PARKER_EMPTY, Ordering::SeqCst, Ordering::SeqCst)
                 .is_ok()
         {
             return true;
@@ -676,6 +703,11 @@ unsafe fn wait_on_parker(word: usize, deadline: Option<Instant>) -> c_long {
     let woken = waiter.is_woken() || !futex_table::withdraw(&waiter);
     let timed_out = deadline.is_some_and(|deadline| Instant::now() >= deadline);
     if !woken && timed_out && wake == Wake::TimedOut {
+        if state.load(Ordering::SeqCst) == PARKER_NOTIFIED {
+            // std's `park_timeout` takes this token on its way out, and it may have been meant
+            // for another green thread waiting here: they all go and look.
+            futex_table::wake(word, u32::MAX, 0);
+        }
         set_errno(libc::ETIMEDOUT);
         return -1;
     }
@@ -683,4 +715,78 @@ unsafe fn wait_on_parker(word: usize, deadline: Option<Instant>) -> c_long {
     // (spuriously, if nothing was meant for this green thread: the caller re-checks).
     state.store(PARKER_NOTIFIED, Ordering::SeqCst);
     0
+}
+
+/// The scheduler is about to sleep in `epoll_wait`: if green threads of this OS thread wait on
+/// its std parker, makes the word `PARKED`, so that an unpark from another OS thread makes the
+/// futex wake that reaches them (and the scheduler) through the futex table. Returns `false`,
+/// having woken them, if an unpark is already there: the scheduler must not sleep then.
+pub(crate) fn std_parker_before_sleep() -> bool {
+    if PARKER_WAITERS.get() == 0 {
+        return true;
+    }
+    // SAFETY: a green thread waits on this OS thread's parker, so its address was learnt, and
+    // the `Thread` (and its parker) lives as long as the OS thread.
+    let state = unsafe { word_at(PARKER.get()) };
+    match state.compare_exchange(
+        PARKER_EMPTY,
+        PARKER_PARKED,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    ) {
+        Ok(_) | Err(PARKER_PARKED) => {
+            PARKER_ARMED.set(true);
+            true
+        }
+        Err(PARKER_NOTIFIED) => {
+            wake_std_parkers(state);
+            false
+        }
+        Err(_) => true,
+    }
+}
+
+/// The scheduler has polled (after a sleep, or every so many runs while busy): gives the
+/// parker word back to `EMPTY` if [`std_parker_before_sleep`] made it `PARKED` (a green thread
+/// may run next, and its `park` must find it so), and wakes every green thread waiting on it
+/// if an unpark came meanwhile. One thread-local load while nobody waits there.
+#[inline]
+pub(crate) fn std_parker_after_poll() {
+    if PARKER_WAITERS.get() != 0 || PARKER_ARMED.get() {
+        look_at_std_parker();
+    }
+}
+
+#[cold]
+fn look_at_std_parker() {
+    // SAFETY: as in `std_parker_before_sleep`.
+    let state = unsafe { word_at(PARKER.get()) };
+    if PARKER_ARMED.replace(false)
+        && state
+            .compare_exchange(
+                PARKER_PARKED,
+                PARKER_EMPTY,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            )
+            .is_ok()
+    {
+        return;
+    }
+    if state.load(Ordering::SeqCst) == PARKER_NOTIFIED {
+        wake_std_parkers(state);
+    }
+}
+
+/// An unpark reached this OS thread's parker while green threads wait on it: it names the OS
+/// thread, not one of them, so every one of them is woken (each leaves with a token for its
+/// `park` to take, and re-checks), and the scheduler takes this token.
+fn wake_std_parkers(state: &AtomicU32) {
+    futex_table::wake(state.as_ptr() as usize, u32::MAX, 0);
+    let _ = state.compare_exchange(
+        PARKER_NOTIFIED,
+        PARKER_EMPTY,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
 }

@@ -193,6 +193,7 @@ mod file;
 mod fortify;
 mod futex;
 mod futex_table;
+pub(crate) use futex::{learn_std_parker, std_parker_after_poll, std_parker_before_sleep};
 mod io;
 mod offloaded;
 mod poll;

@@ -588,6 +588,8 @@ impl Scheduler {
                  (greenweave::spawn) instead of starting a runtime within one"
             );
         }
+        #[cfg(feature = "hooks")]
+        crate::hooks::learn_std_parker();
         SCHEDULER.set(self);
         let os_thread_greenlets = World::new();
         os_thread_greenlets.leave();
@@ -819,7 +821,17 @@ impl Scheduler {
             }
             // What a reader on another thread sees while this worker waits is exact.
             self.publish_metrics();
+            // Under the hooks, green threads in std's `thread::park` need the scheduler to
+            // watch their OS thread's parker word while it sleeps (`hooks/futex.rs`).
+            #[cfg(feature = "hooks")]
+            let timeout = if crate::hooks::std_parker_before_sleep() {
+                timeout
+            } else {
+                Some(Duration::ZERO)
+            };
             self.poll(timeout);
+            #[cfg(feature = "hooks")]
+            crate::hooks::std_parker_after_poll();
             // `poll` read the clock when epoll returned.
             self.fire_timers(self.coarse_now.get());
         }
@@ -842,6 +854,8 @@ impl Scheduler {
         if self.reactor.has_registrations() || self.remote_may_wake() {
             self.poll(Some(Duration::ZERO));
         }
+        #[cfg(feature = "hooks")]
+        crate::hooks::std_parker_after_poll();
         let polls = self.polls_without_blocking.get().wrapping_add(1);
         self.polls_without_blocking.set(polls);
         if polls.is_multiple_of(POLLS_PER_SAMPLE) {
