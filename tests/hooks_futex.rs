@@ -1,7 +1,8 @@
 //! The `hooks` feature's futex: std's and parking_lot's locks, condvars, `Once`, channels and
 //! `thread::park`, all of which wait and wake with `syscall(SYS_futex, ...)`, park only their
 //! green thread, and a wake from anywhere (another green thread, a plain OS thread, another
-//! runtime) reaches it.
+//! runtime) reaches it; but a std channel's send never wakes a receiver on its own OS thread,
+//! which greenweave can only report.
 //!
 //! Every test runs on one OS thread unless it says otherwise, so the order of events is the
 //! proof: if a futex wait blocked the OS thread, no other green thread could run while it
@@ -92,26 +93,72 @@ fn a_std_mutex_held_across_a_park_parks_the_next_locker_while_others_run() {
 }
 
 #[test]
-fn std_mpsc_recv_parks_until_another_green_thread_sends() {
-    greenweave::run(|| {
+fn std_mpsc_recv_parks_until_a_green_thread_of_another_worker_sends() {
+    // The sender lives until the receiver has its value: only the send can have woken it (a
+    // dropped sender's disconnect wakes a receiver too).
+    let runtime = greenweave::Runtime::builder().workers(2).build().unwrap();
+    runtime.run(|| {
         let (sender, receiver) = mpsc::channel::<u32>();
-        let log = Log::default();
-        let receiving = greenweave::spawn({
-            let log = log.clone();
+        let receiving = Arc::new(AtomicBool::new(false));
+        let receiver = greenweave::thread::spawn_on(1, {
+            let receiving = receiving.clone();
             move || {
-                log.push("receiving");
-                let value = receiver.recv().unwrap();
-                log.push(format!("received {value}"));
-                receiver.recv().unwrap_err(); // the sender is gone: disconnected
+                receiving.store(true, Ordering::Release);
+                receiver.recv().unwrap()
             }
         });
-        log.wait_for("receiving");
-        log.push("tick");
+        while !receiving.load(Ordering::Acquire) {
+            yield_now();
+        }
+        std::thread::sleep(Duration::from_millis(10)); // into its recv's park by now
         sender.send(42).unwrap();
+        assert_eq!(receiver.join().unwrap(), 42);
         drop(sender);
-        receiving.join().unwrap();
-        assert_eq!(log.events(), ["receiving", "tick", "received 42"]);
     });
+}
+
+#[test]
+fn a_std_mpsc_send_does_not_wake_a_receiver_on_the_same_worker_and_greenweave_says_why() {
+    // std's channels wake no receiver on the sender's own OS thread (its thread id), and the
+    // two green threads are that one OS thread. What greenweave can do is say so.
+    let outcome = common::run_in_child(
+        "a_std_mpsc_send_does_not_wake_a_receiver_on_the_same_worker_and_greenweave_says_why",
+        || {
+            greenweave::run(|| {
+                let (sender, receiver) = mpsc::channel::<u32>();
+                let log = Log::default();
+                let receiving = greenweave::spawn({
+                    let log = log.clone();
+                    move || {
+                        log.push("receiving");
+                        let value = receiver.recv().unwrap();
+                        log.push(format!("received {value}"));
+                    }
+                });
+                log.wait_for("receiving");
+                sender.send(42).unwrap();
+                // This green thread goes on running (the report needs another one to run),
+                // and the receiver is never woken by the send.
+                for _ in 0..150 {
+                    greenweave::thread::sleep(Duration::from_millis(10));
+                }
+                assert_eq!(log.events(), ["receiving"], "the send woke the receiver");
+                drop(sender); // a disconnect wakes every receiver, on any thread
+                receiving.join().unwrap();
+                assert_eq!(log.events(), ["receiving", "received 42"]);
+            });
+            std::process::exit(0);
+        },
+    );
+    assert!(outcome.status.success(), "{}", outcome.describe());
+    assert!(
+        outcome
+            .stderr
+            .contains("for a std::sync::mpsc receive while other green threads")
+            && outcome.stderr.contains("greenweave::sync::mpsc"),
+        "no report of the same-OS-thread send: {}",
+        outcome.describe()
+    );
 }
 
 #[test]

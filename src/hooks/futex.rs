@@ -66,7 +66,7 @@
 //! this and are the better choice in code written for green threads.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use libc::{c_int, c_long, c_void, timespec};
@@ -697,8 +697,35 @@ unsafe fn wait_on_parker(word: usize, deadline: Option<Instant>) -> c_long {
         // Those already parked without a re-check deadline come back and take one.
         futex_table::wake_unbounded_parker_waiters(word);
     }
-    let park_deadline = earliest(deadline, crowded.then(|| Instant::now() + PARKER_RECHECK));
-    let wake = park_for("std::thread::park (hooked futex)", word, park_deadline);
+    let started = Instant::now();
+    let park_deadline = earliest(deadline, crowded.then(|| started + PARKER_RECHECK));
+    // A long wait alone is looked at once (see `std_channel_report`).
+    let mut look_at = (!crowded && !STD_CHANNEL_REPORTED.load(Ordering::Relaxed)).then(|| {
+        (
+            started + STD_CHANNEL_REPORT_AFTER,
+            scheduler::runs_completed(),
+        )
+    });
+    let wake = loop {
+        let wake = park_for(
+            "std::thread::park (hooked futex)",
+            word,
+            earliest(park_deadline, look_at.map(|(at, _)| at)),
+        );
+        let Some((at, runs_before)) = look_at.take() else {
+            break wake;
+        };
+        if wake != Wake::TimedOut || waiter.is_woken() || park_deadline.is_some_and(|d| d <= at) {
+            break wake;
+        }
+        // Still on the table: this was the look, not the end of the wait. A waker on another
+        // OS thread reaches the green thread through its runtime's queue, which the scheduler
+        // takes only once this green thread has parked again, so none is lost in between.
+        let others_ran = scheduler::runs_completed().saturating_sub(runs_before) > 1;
+        if others_ran {
+            std_channel_report(started);
+        }
+    };
     PARKER_WAITERS.set(PARKER_WAITERS.get() - 1);
     let woken = waiter.is_woken() || !futex_table::withdraw(&waiter);
     let timed_out = deadline.is_some_and(|deadline| Instant::now() >= deadline);
@@ -715,6 +742,51 @@ unsafe fn wait_on_parker(word: usize, deadline: Option<Instant>) -> c_long {
     // (spuriously, if nothing was meant for this green thread: the caller re-checks).
     state.store(PARKER_NOTIFIED, Ordering::SeqCst);
     0
+}
+
+/// How long a green thread waits alone on its OS thread's std parker, while other green threads
+/// of that OS thread run, before [`std_channel_report`] looks at what it waits in.
+const STD_CHANNEL_REPORT_AFTER: Duration = Duration::from_secs(1);
+
+/// Whether [`std_channel_report`] has printed its report (once per process).
+static STD_CHANNEL_REPORTED: AtomicBool = AtomicBool::new(false);
+
+/// A green thread has waited [`STD_CHANNEL_REPORT_AFTER`] in std's `thread::park` while other
+/// green threads of its OS thread ran. If it waits in a receive of std's mpsc channels (or
+/// crossbeam-channel, whose rule is the same), a send from one of those green threads did not
+/// wake it and never will: std's channels pass over a waiter on the sender's own OS thread
+/// (its thread id, the address of a thread-local, is the same for every green thread of an OS
+/// thread). A futex hook cannot change that rule, so this says so, once per process, on stderr
+/// (libc's `write`: std's stderr lock may be held). Whether the wait is a channel's is read from
+/// its backtrace (one capture per such wait, after a second of waiting), so a long
+/// `thread::park` of another kind, such as a blocking client waiting for its own OS thread,
+/// prints nothing.
+#[cold]
+#[inline(never)]
+fn std_channel_report(started: Instant) {
+    let trace = std::backtrace::Backtrace::force_capture().to_string();
+    let channel = if trace.contains("crossbeam_channel") {
+        "crossbeam-channel"
+    } else if trace.contains("mpmc") || trace.contains("mpsc") {
+        "std::sync::mpsc"
+    } else {
+        return;
+    };
+    if STD_CHANNEL_REPORTED.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let who = scheduler::describe_running_green_thread().unwrap_or_else(|| "?".to_owned());
+    let message = format!(
+        "greenweave: green thread {who} has waited {:.1?} for a {channel} receive while other \
+         green threads of its OS thread ran. A send from one of them never wakes it: {channel} \
+         wakes no receiver on the sender's own OS thread, and every green thread of a worker is \
+         that OS thread. It wakes at its timeout, when every sender is gone, or on a send from \
+         another OS thread. Between green threads use greenweave::sync::mpsc (one worker) or \
+         greenweave::sync::shared (any threads). (Printed once.)\n",
+        started.elapsed(),
+    );
+    // SAFETY: a live buffer to stderr, through libc's own write (not a hook).
+    unsafe { crate::sys::real::write(2, message.as_ptr().cast(), message.len()) };
 }
 
 /// The scheduler is about to sleep in `epoll_wait`: if green threads of this OS thread wait on

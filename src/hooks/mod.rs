@@ -50,7 +50,7 @@
 //! | `getaddrinfo`, `gethostbyname` | runs on the offload pool while the green thread parks |
 //! | `read`, `readv`, `pread`/`pread64` of a regular file | the page cache at once; what must come from the disk, on the offload pool while the green thread parks |
 //! | `close` | a green thread parked on the fd wakes with `EBADF`; the fd leaves epoll |
-//! | `syscall(SYS_futex, ..)`: std's and parking_lot's `Mutex`, `RwLock`, `Condvar`, `Once`/`OnceLock`/`LazyLock`, `Barrier`, mpsc channels, `thread::park` | a wait parks the green thread in a process-wide futex table; a wake from any thread (green, plain, another runtime) wakes the kernel's waiters, then green ones oldest first (`futex.rs`) |
+//! | `syscall(SYS_futex, ..)`: std's and parking_lot's `Mutex`, `RwLock`, `Condvar`, `Once`/`OnceLock`/`LazyLock`, `Barrier`, mpsc channels, `thread::park` | a wait parks the green thread in a process-wide futex table; a wake from any thread (green, plain, another runtime) wakes the kernel's waiters, then green ones oldest first (`futex.rs`); but see the limits of std's channels and `thread::park` below |
 //! | `socket`, `dup`, `dup2`, `dup3`, `setsockopt`, `fcntl`, `ioctl` | unchanged; they keep track of `O_NONBLOCK` and socket timeouts |
 //!
 //! **Everywhere else** (a plain OS thread, before or after `run`, the scheduler itself, the
@@ -111,12 +111,25 @@
 //!
 //! # Limits
 //!
-//! - **std's parker is one per OS thread.** std's `thread::park` (so std's mpsc receivers, and
-//!   `reqwest::blocking`) waits on one futex word per OS thread, shared by all its green threads.
-//!   One green thread waiting there alone is exact; while several wait at once, each re-checks
-//!   every 5 ms, because an unpark that lands while another of them takes its own wake-up can
-//!   be absorbed (see `futex.rs`, "One parker per OS thread"): a lost unpark costs at most that
-//!   delay, never a hang. [`greenweave::sync`](crate::sync) has no such limit.
+//! - **std's channels never wake a receiver on the sender's OS thread.** std's `mpsc`
+//!   (`channel`, `sync_channel(n)`, `sync_channel(0)`) and crossbeam-channel pass over a waiting
+//!   receiver whose thread id is the sender's own, and every green thread of an OS thread has
+//!   that OS thread's id. So between two green threads of **one worker** a send does not wake
+//!   the receiver: a `recv` waits until every sender is dropped, a `recv_timeout` returns the
+//!   value at its deadline. No futex hook can change that rule. A receive that has waited a
+//!   second while other green threads of its OS thread ran gets a report on stderr (once per
+//!   process) naming the channel and the way out; a shorter `recv_timeout` gets none. Use
+//!   [`greenweave::sync::mpsc`](crate::sync::mpsc) between green threads of one worker and
+//!   [`greenweave::sync::shared`](crate::sync::shared) across threads. A std channel is fine
+//!   between green threads of different workers, and between a green thread and a plain OS
+//!   thread, in either direction (`tests/hooks_futex.rs`).
+//! - **std's parker is one per OS thread.** std's `thread::park` (so std's mpsc receivers,
+//!   `futures::executor::block_on`, `reqwest::blocking`) waits on one futex word per OS thread,
+//!   shared by all its green threads. Any number of them may wait there at once, and an unpark
+//!   of the OS thread wakes all of them (`park` may return spuriously; std's callers re-check).
+//!   While several wait at once, each also re-checks every 5 ms, because another green
+//!   thread's `park` can take an unpark before the scheduler sees it (see `futex.rs`, "One
+//!   parker per OS thread"). [`greenweave::sync`](crate::sync) has no such limit.
 //! - **Futex waits cannot be unwound.** A cancelled green thread waiting on a std lock,
 //!   condvar or channel wakes with a spurious wake-up; std's loop re-checks and, if it must,
 //!   waits again; the cancellation is raised at the next park in Rust code. A wait that nothing

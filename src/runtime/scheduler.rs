@@ -510,6 +510,18 @@ pub(crate) fn describe_running_green_thread() -> Option<String> {
     })
 }
 
+/// How many runs of green threads this OS thread's scheduler has completed (the one under way
+/// is not counted until it parks, yields or ends); 0 outside a runtime.
+#[cfg_attr(not(feature = "hooks"), allow(dead_code))]
+pub(crate) fn runs_completed() -> u64 {
+    let scheduler = SCHEDULER.get();
+    if scheduler.is_null() {
+        return 0;
+    }
+    // SAFETY: as in `with_scheduler`: the pointer is set only while the scheduler is alive.
+    unsafe { (*scheduler).runs() }
+}
+
 /// The panic of code that needs a running green thread but runs on the scheduler itself.
 #[cold]
 #[inline(never)]
