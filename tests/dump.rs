@@ -612,6 +612,31 @@ fn dump_on_signal_refuses_a_signal_that_cannot_carry_the_dump() {
     }
 }
 
+#[test]
+fn dump_on_signal_refuses_the_signals_glibc_keeps_for_itself_naming_them() {
+    // 32 and 33 on glibc: real-time signals below SIGRTMIN, which `sigaction` refuses.
+    assert!(
+        libc::SIGRTMIN() > 32,
+        "this C library keeps no real-time signal"
+    );
+    for signal in 32..libc::SIGRTMIN() {
+        let error = Runtime::builder()
+            .dump_on_signal(signal)
+            .build()
+            .unwrap_err();
+        assert_eq!(error.kind(), std::io::ErrorKind::InvalidInput);
+        let message = error.to_string();
+        assert!(message.contains("dump_on_signal"), "{message}");
+        assert!(message.contains(&format!("signal {signal} ")), "{message}");
+    }
+    // The first real-time signal the program may use is accepted.
+    Runtime::builder()
+        .dump_on_signal(libc::SIGRTMIN())
+        .build()
+        .unwrap()
+        .run(|| {});
+}
+
 const END: &str = "end of greenweave dump";
 
 #[test]

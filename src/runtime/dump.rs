@@ -1465,6 +1465,21 @@ pub(crate) fn check_signal(signal: i32) -> io::Result<()> {
             ),
         ));
     }
+    // Linux numbers its real-time signals from 32; glibc keeps the first few for its threads
+    // and timers and moves SIGRTMIN past them. Catching one breaks what glibc uses it for, and
+    // `sigaction` refuses it (`EINVAL` when the runtime starts).
+    if (32..libc::SIGRTMIN()).contains(&signal) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "dump_on_signal: signal {signal} is reserved by the C library (glibc keeps \
+                 signals 32 to {} for its own threads and timers); use SIGQUIT, SIGUSR1, SIGUSR2 \
+                 or a real-time signal from libc::SIGRTMIN() ({}) to libc::SIGRTMAX()",
+                libc::SIGRTMIN() - 1,
+                libc::SIGRTMIN(),
+            ),
+        ));
+    }
     Ok(())
 }
 

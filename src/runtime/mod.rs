@@ -581,7 +581,8 @@ impl Builder {
     /// # Errors
     /// [`build`](Builder::build) returns [`io::ErrorKind::InvalidInput`] for a signal that
     /// cannot be caught or that reports a crash (`SIGKILL`, `SIGSTOP`, `SIGSEGV`, `SIGBUS`,
-    /// `SIGILL`, `SIGFPE`, `SIGABRT`) or is not a signal number.
+    /// `SIGILL`, `SIGFPE`, `SIGABRT`), that the C library keeps for itself (the real-time
+    /// signals below `libc::SIGRTMIN()`: 32 and 33 on glibc) or is not a signal number.
     ///
     /// # Examples
     ///
