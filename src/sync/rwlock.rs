@@ -468,35 +468,30 @@ impl<T: ?Sized + fmt::Debug> fmt::Debug for RwLock<T> {
 /// ```
 #[must_use = "if unused the RwLock will immediately unlock"]
 pub struct RwLockReadGuard<'a, T: ?Sized + 'a> {
-    /// The lock, as a pointer rather than `&'a RwLock<T>`: a reference to a type holding an
-    /// `UnsafeCell<T>` would make the guard invariant in `T`, where std's read guard (which only
-    /// hands out `&T`) is covariant. Valid for `'a`, which `_borrow` carries.
-    lock: NonNull<RwLock<T>>,
-    _borrow: PhantomData<&'a T>,
+    /// The value, as a pointer rather than a reference into the lock: anything that reaches
+    /// `T` through the lock's `UnsafeCell<T>` (a `&'a RwLock<T>`, a `NonNull<RwLock<T>>`) makes
+    /// the guard invariant in `T`, where std's read guard (which only hands out `&T`) is
+    /// covariant; `NonNull<T>` is covariant. Valid, and only read, while the guard lives (at
+    /// most `'a`): the read lock keeps writers out.
+    data: NonNull<T>,
+    /// The lock's state, which does not depend on `T`: to unlock.
+    raw: &'a RawRwLock,
 }
 
 impl<'a, T: ?Sized> RwLockReadGuard<'a, T> {
     /// The guard of a read lock just taken on `lock`.
     fn new(lock: &'a RwLock<T>) -> RwLockReadGuard<'a, T> {
         RwLockReadGuard {
-            lock: NonNull::from(lock),
-            _borrow: PhantomData,
+            // SAFETY: `UnsafeCell::get` is never null.
+            data: unsafe { NonNull::new_unchecked(lock.data.get()) },
+            raw: &lock.raw,
         }
-    }
-
-    fn lock(&self) -> &RwLock<T> {
-        // SAFETY: the pointer came from a `&'a RwLock<T>` and the guard lives at most `'a`.
-        // Under covariance `T` may name shorter lifetimes than the lock was made with, which
-        // changes neither its layout nor what the guard does with it (read the value, unlock).
-        unsafe { self.lock.as_ref() }
     }
 
     /// The lock's state, for as long as the guard's borrow of the lock (`'a`), to hand to a
     /// mapped guard.
     fn raw(&self) -> &'a RawRwLock {
-        // SAFETY: as in `lock`: the pointer came from a `&'a RwLock<T>`; the part borrowed here
-        // does not depend on `T`.
-        unsafe { &(*self.lock.as_ptr()).raw }
+        self.raw
     }
 
     /// Makes a guard of a part of the value (a field, an element, an enum's variant), which
@@ -576,14 +571,16 @@ impl<T: ?Sized> Deref for RwLockReadGuard<'_, T> {
 
     fn deref(&self) -> &T {
         // SAFETY: while a read guard exists no writer holds the lock (the lock state counts
-        // this reader), so no `&mut T` exists.
-        unsafe { &*self.lock().data.get() }
+        // this reader), so no `&mut T` exists; the pointer came from the lock's cell. Under
+        // covariance `T` may name shorter lifetimes than the lock was made with, which changes
+        // neither its layout nor what the guard does with it (read it).
+        unsafe { self.data.as_ref() }
     }
 }
 
 impl<T: ?Sized> Drop for RwLockReadGuard<'_, T> {
     fn drop(&mut self) {
-        self.lock().raw.read_unlock();
+        self.raw.read_unlock();
     }
 }
 
