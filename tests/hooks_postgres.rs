@@ -172,7 +172,8 @@ fn postgres_sync_clients_in_20_green_threads_one_per_worker_all_wait_in_the_serv
     let coordinator = Coordinator::start(&server.params(), CLIENTS, &log);
     let ticked = coordinator.ticked.clone();
     let runtime = Runtime::builder().workers(CLIENTS).build().unwrap();
-    runtime.run_on_every_worker(|worker| client(worker as i32, &server.params(), &log, &ticked));
+    let _ = runtime
+        .run_on_every_worker(|worker| client(worker as i32, &server.params(), &log, &ticked));
     coordinator.join();
     assert_all_started_before_any_ended(&log.events(), CLIENTS);
 }

@@ -256,6 +256,8 @@ impl Runtime {
     /// assert_eq!(started.load(Ordering::Relaxed), 3);
     /// # Ok::<(), std::io::Error>(())
     /// ```
+    #[must_use = "each worker's result is in the Vec: a worker whose closure failed (a listener \
+                  that could not bind) says so only there"]
     pub fn run_on_every_worker<T: Send>(&self, each: impl Fn(usize) -> T + Sync) -> Vec<T> {
         panic_report::install();
         workers::run_on_every_worker(self, each)
