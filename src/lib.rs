@@ -13,6 +13,10 @@
 //! | blocking-looking code that never blocks the OS thread (the gevent model) | [`run`] + [`spawn`], the std-shaped [`thread`], [`net`], [`sync`], [`time`] |
 //! | a generator: `resume` it, it `suspend`s values back | [`Coroutine`] |
 //! | explicit switching between coroutines (Python's greenlet) | [`greenlet`] |
+//! | every CPU: one scheduler per OS thread (a worker), a listener per worker | [`Runtime::builder`]`().`[`workers`](runtime::Builder::workers)`(n)`, [`Runtime::run_on_every_worker`], [`thread::spawn_on`], [`sync::shared`] between workers |
+//! | std and C code nobody rewrote (std's sockets, sleeps, locks; blocking client crates) to park only its green thread | the cargo feature `hooks` (the `hooks` module); [`unblock`] for what it does not cover |
+//! | what every green thread is waiting for, from inside or by a signal | [`runtime::dump`], [`runtime::Builder::dump_on_signal`]; a run that never parks: [`runtime::Builder::stall_report`] |
+//! | counts to log or export (runs, parks, I/O, the ready queue, scheduling delay) | [`runtime::metrics`] |
 //!
 //! ## Green threads
 //!
@@ -78,22 +82,27 @@
 //!
 //! # What blocks every green thread
 //!
-//! All green threads of a runtime share one OS thread. A call that blocks that OS thread
-//! stops every one of them until it returns:
+//! All green threads of a worker share one OS thread (a runtime has one worker unless
+//! [`runtime::Builder::workers`] says more). A call that blocks that OS thread stops every one
+//! of them until it returns:
 //!
 //! - **std's blocking I/O**: `std::net`, `std::os::unix::net`, `std::fs`, `std::io::stdin`, and
 //!   every crate built on them (HTTP clients, database drivers). Use [`net`] and
 //!   [`os::unix::net`] instead, [`unblock`] for work that must block, or the `hooks` feature.
-//! - **std's sleeps and locks**: `std::thread::sleep`, a `std::sync::Mutex` that a parked
-//!   green thread holds, `std::sync::mpsc` receives, `std::thread::JoinHandle::join`. Use
-//!   [`thread::sleep`], [`sync`]'s locks and channels, and [`thread::JoinHandle`].
+//! - **std's sleeps and waits**: `std::thread::sleep`, a `std::sync::Mutex` that a parked
+//!   green thread holds, `std::sync::mpsc` receives, `std::thread::park`,
+//!   `std::thread::JoinHandle::join`. Use [`thread::sleep`], [`sync`]'s locks and channels,
+//!   and [`thread::JoinHandle`], or the `hooks` feature.
 //! - **long computations** without a park: a green thread runs until it waits; call
 //!   [`thread::yield_now`] in long loops.
 //!
-//! With the cargo feature `hooks` (off by default), std's sockets and sleeps, and the crates
-//! and C libraries built on libc's calls, park only their green thread instead: see the
-//! `hooks` module and the README's "Making blocking code green". Files, `std::sync` locks and
-//! computations still block.
+//! With the cargo feature `hooks` (off by default), std's sockets and sleeps, std's locks,
+//! condvars, `Once`, channels and `thread::park` (their futex waits), and the crates and C
+//! libraries built on libc's calls, park only their green thread instead: see the `hooks`
+//! module and the README's "Making blocking code green". Still blocking: disk writes, `open`
+//! and `stat`, and computations. A std channel's send never wakes a receiver on its own OS
+//! thread, so between two green threads of one worker use [`sync::mpsc`] (the `hooks` module's
+//! "Limits" lists this and the rest).
 //!
 //! std's `thread_local!` is per OS thread, so it is shared by every green thread of a runtime.
 //!
