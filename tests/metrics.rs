@@ -378,3 +378,33 @@ fn parks_made_by_the_hooks_are_counted_by_reason_too() {
     assert_eq!(metrics.worker_green_park_count(0, ParkReason::Sleep), 1);
     assert_eq!(metrics.worker_green_park_count(0, ParkReason::Futex), 1);
 }
+
+#[test]
+fn the_debug_form_of_the_metrics_shows_what_a_log_line_needs() {
+    let metrics = greenweave::run(|| {
+        greenweave::thread::sleep(std::time::Duration::from_millis(1));
+        greenweave::spawn(|| ()).join().unwrap();
+        greenweave::runtime::metrics()
+    });
+    let shown = format!("{metrics:?}");
+    for field in [
+        "num_workers: 1",
+        "num_alive_tasks",
+        "spawned_tasks_count",
+        "worker_poll_count",
+        "worker_yield_count",
+        "worker_park_count",
+        "green_park_counts: {",
+        "Sleep: 1",
+        "Join: 1",
+        "worker_local_queue_depth",
+        "budget_forced_yield_count",
+        "worker_io_poll_count",
+        "io_driver_ready_count",
+        "num_blocking_threads",
+        "num_idle_blocking_threads",
+        "blocking_queue_depth",
+    ] {
+        assert!(shown.contains(field), "no {field:?} in {shown}");
+    }
+}

@@ -307,10 +307,53 @@ pub struct RuntimeMetrics {
 
 impl std::fmt::Debug for RuntimeMetrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The per-worker counts, summed over every worker.
+        let total =
+            |count: &dyn Fn(usize) -> u64| -> u64 { (0..self.num_workers()).map(count).sum() };
+        /// The green parks by reason, the reasons that never parked left out.
+        struct Parks<'a>(&'a RuntimeMetrics);
+        impl std::fmt::Debug for Parks<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_map()
+                    .entries(
+                        ParkReason::ALL
+                            .iter()
+                            .map(|&reason| (reason, self.0.green_park_count(reason)))
+                            .filter(|&(_, count)| count > 0),
+                    )
+                    .finish()
+            }
+        }
+        let queued: usize = (0..self.num_workers())
+            .map(|worker| self.worker_local_queue_depth(worker))
+            .sum();
         f.debug_struct("RuntimeMetrics")
             .field("num_workers", &self.num_workers())
             .field("num_alive_tasks", &self.num_alive_tasks())
             .field("spawned_tasks_count", &self.spawned_tasks_count())
+            .field("worker_poll_count", &total(&|w| self.worker_poll_count(w)))
+            .field(
+                "worker_yield_count",
+                &total(&|w| self.worker_yield_count(w)),
+            )
+            .field("worker_park_count", &total(&|w| self.worker_park_count(w)))
+            .field("green_park_counts", &Parks(self))
+            .field("worker_local_queue_depth", &queued)
+            .field(
+                "budget_forced_yield_count",
+                &self.budget_forced_yield_count(),
+            )
+            .field(
+                "worker_io_poll_count",
+                &total(&|w| self.worker_io_poll_count(w)),
+            )
+            .field("io_driver_ready_count", &self.io_driver_ready_count())
+            .field("num_blocking_threads", &self.num_blocking_threads())
+            .field(
+                "num_idle_blocking_threads",
+                &self.num_idle_blocking_threads(),
+            )
+            .field("blocking_queue_depth", &self.blocking_queue_depth())
             .finish_non_exhaustive()
     }
 }
