@@ -25,17 +25,20 @@ const LONG: Duration = Duration::from_secs(3600);
 #[inline(never)]
 fn parks_in_sleep() {
     thread::sleep(LONG);
+    stays_in_the_backtrace(1);
 }
 
 #[inline(never)]
 fn parks_in_io(mut stream: greenweave::os::unix::net::UnixStream) {
     let mut byte = [0u8];
     let _ = stream.read(&mut byte);
+    stays_in_the_backtrace(2);
 }
 
 #[inline(never)]
 fn parks_in_join(handle: thread::JoinHandle<()>) {
     let _ = handle.join();
+    stays_in_the_backtrace(3);
 }
 
 #[inline(never)]
@@ -43,16 +46,19 @@ fn parks_in_remote(release: std::sync::mpsc::Receiver<()>) {
     greenweave::unblock(move || {
         let _ = release.recv();
     });
+    stays_in_the_backtrace(4);
 }
 
 #[inline(never)]
 fn parks_in_channel(receiver: greenweave::sync::mpsc::Receiver<u8>) {
     let _ = receiver.recv();
+    stays_in_the_backtrace(5);
 }
 
 #[inline(never)]
 fn parks_in_lock(lock: Rc<Mutex<u8>>) {
     let _guard = lock.lock();
+    stays_in_the_backtrace(6);
 }
 
 #[inline(never)]
@@ -60,6 +66,7 @@ fn parks_in_scope() {
     thread::scope(|scope| {
         scope.spawn(parks_in_sleep);
     });
+    stays_in_the_backtrace(7);
 }
 
 #[inline(never)]
@@ -68,27 +75,42 @@ fn parks_in_select(receiver: greenweave::sync::mpsc::Receiver<u8>) {
     select.recv(&receiver);
     // Completed as a selected receive must be: when the test ends, the sender's drop selects it.
     let _ = select.select().recv(&receiver);
+    stays_in_the_backtrace(8);
 }
 
 #[inline(never)]
 fn parks_in_other_worker_join() {
     let _ = thread::spawn_on(1, parks_in_sleep).join();
+    stays_in_the_backtrace(9);
 }
 
 #[inline(never)]
 fn parks_in_shared_channel(receiver: greenweave::sync::shared::Receiver<u8>) {
     let _ = receiver.recv();
+    stays_in_the_backtrace(10);
 }
 
 #[cfg(feature = "hooks")]
 #[inline(never)]
 fn parks_in_futex(lock: std::sync::Arc<std::sync::Mutex<u8>>) {
     let _guard = lock.lock();
+    stays_in_the_backtrace(11);
 }
 
 #[inline(never)]
 fn generator_body_parks() {
     thread::sleep(LONG);
+    stays_in_the_backtrace(12);
+}
+
+/// Called last, each with its own number, by every `#[inline(never)]` function whose frame a
+/// test looks for in a backtrace. Optimised, a function whose last act is a call becomes a jump
+/// (a tail call), and its frame is gone from the stack while the callee parks; and two
+/// functions with the same code are folded into one, which keeps one name (`parks_in_sleep`
+/// for `generator_body_parks`).
+#[inline(always)]
+fn stays_in_the_backtrace(function: u8) {
+    std::hint::black_box(function);
 }
 
 /// Spawns `body` as a green thread named `name`.
@@ -576,6 +598,7 @@ fn a_generator_a_green_thread_runs_shows_in_its_backtrace() {
 #[inline(never)]
 fn greenlet_body_parks() {
     thread::sleep(LONG);
+    stays_in_the_backtrace(13);
 }
 
 #[test]
@@ -711,6 +734,7 @@ fn a_dump_on_a_signal_in_a_child_leaves_it_running_and_exiting_normally() {
 #[inline(never)]
 fn parks_in_thread_park() {
     thread::park();
+    stays_in_the_backtrace(14);
 }
 
 #[test]
