@@ -61,7 +61,8 @@ thread_local! {
 ///
 /// # Panics
 /// If the future panics (the panic goes on). If called from inside a future that `block_on` is
-/// polling on the same green thread (`.await` the inner future instead). If called by a green
+/// polling on the same green thread (`.await` the inner future instead), or from a tokio task
+/// on a worker's tokio runtime (it would block the worker that runs the task). If called by a green
 /// thread that is unwinding (it cannot switch then; see
 /// [`JoinHandle::cancel`](crate::thread::JoinHandle::cancel)).
 ///
@@ -97,6 +98,10 @@ thread_local! {
 /// ```
 pub fn block_on<F: Future>(future: F) -> F::Output {
     if !scheduler::in_green_thread() {
+        #[cfg(feature = "tokio")]
+        if crate::runtime::tokio_context::in_turn() {
+            in_a_tokio_task();
+        }
         return block_on_os_thread(future);
     }
     block_on_green(future)
@@ -188,6 +193,20 @@ fn block_on_os_thread<F: Future>(future: F) -> F::Output {
             std::thread::park();
         }
     }
+}
+
+/// The panic of a `block_on` from a tokio task of a worker's runtime: it would block the
+/// worker, which drives that task.
+#[cfg(feature = "tokio")]
+#[cold]
+#[inline(never)]
+fn in_a_tokio_task() -> ! {
+    panic!(
+        "greenweave::block_on called from a tokio task (or a future it polls) on a greenweave \
+         worker: it would block the worker, which runs that task and drives its I/O. `.await` \
+         the future in the task, or hand blocking work to a green thread (greenweave::spawn) \
+         and `.await` its JoinHandle"
+    );
 }
 
 #[cold]

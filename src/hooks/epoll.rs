@@ -15,6 +15,7 @@
 //!
 //! May not: keep state of its own, or change the foreign epoll instance (it only waits on it).
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 use libc::{c_int, epoll_event, sigset_t, timespec};
@@ -24,6 +25,36 @@ use crate::runtime::reactor::Interest;
 use crate::runtime::scheduler;
 use crate::sys::fd_state::set_errno;
 use crate::sys::real;
+
+thread_local! {
+    /// Green threads of this OS thread parked in a foreign event loop's wait.
+    static FOREIGN_LOOPS_WAITING: Cell<usize> = const { Cell::new(0) };
+}
+
+/// How many green threads of this OS thread are parked in a foreign event loop's wait. One of
+/// them may be inside another tokio runtime's `block_on` (a sync client such as `postgres`),
+/// which sets tokio's per-OS-thread "runtime entered" flag: the worker's own tokio runtime
+/// (feature `tokio`) cannot turn meanwhile.
+#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+pub(crate) fn foreign_loops_waiting() -> usize {
+    FOREIGN_LOOPS_WAITING.with(Cell::get)
+}
+
+/// Counts a green thread parked in a foreign loop's wait while it lives.
+struct ForeignLoopWaiting;
+
+impl ForeignLoopWaiting {
+    fn new() -> ForeignLoopWaiting {
+        FOREIGN_LOOPS_WAITING.with(|waiting| waiting.set(waiting.get() + 1));
+        ForeignLoopWaiting
+    }
+}
+
+impl Drop for ForeignLoopWaiting {
+    fn drop(&mut self) {
+        FOREIGN_LOOPS_WAITING.with(|waiting| waiting.set(waiting.get() - 1));
+    }
+}
 
 /// How a green thread's wait on a foreign epoll instance ended.
 enum Outcome {
@@ -54,7 +85,10 @@ fn green_wait(
         if deadline.is_some_and(|deadline| Instant::now() >= deadline) {
             return asked;
         }
-        match wait::for_fd(what, epfd, Interest::Readable, deadline) {
+        let waiting = ForeignLoopWaiting::new();
+        let waited = wait::for_fd(what, epfd, Interest::Readable, deadline);
+        drop(waiting);
+        match waited {
             // Readable, or closed through the `close` hook: the kernel says which (`EBADF`).
             Ok(()) | Err(FdWaitError::Closed) => continue,
             // An event that came right at the deadline is still the caller's.
@@ -100,6 +134,14 @@ pub unsafe extern "C" fn epoll_wait(
     maxevents: c_int,
     timeout: c_int,
 ) -> c_int {
+    // The worker's own tokio runtime polling its driver during a turn (feature `tokio`).
+    #[cfg(feature = "tokio")]
+    // SAFETY: the caller's contract is libc's, passed on.
+    if let Some(result) = unsafe {
+        crate::runtime::tokio_context::intercept_epoll_wait(epfd, events, maxevents, timeout)
+    } {
+        return result;
+    }
     if timeout == 0 || !scheduler::can_park_here() {
         // SAFETY: the caller's contract is libc's, passed on unchanged.
         return unsafe { real::epoll_wait(epfd, events, maxevents, timeout) };

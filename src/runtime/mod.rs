@@ -26,6 +26,8 @@ pub(crate) mod scheduler;
 mod stall;
 pub(crate) mod task;
 mod timer;
+#[cfg(feature = "tokio")]
+pub(crate) mod tokio_context;
 #[cfg(feature = "tracing")]
 mod trace;
 pub(crate) mod workers;

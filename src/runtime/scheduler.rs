@@ -67,6 +67,16 @@ enum OnDeadlock {
 /// The panic payload that unwinds a cancelled green thread from its park point.
 pub(crate) struct Cancelled;
 
+/// Whether a task of the worker's tokio runtime (feature `tokio`) is alive, and so may wake a
+/// green thread.
+#[inline]
+fn tokio_tasks_may_wake() -> bool {
+    #[cfg(feature = "tokio")]
+    return super::tokio_context::may_wake();
+    #[cfg(not(feature = "tokio"))]
+    false
+}
+
 /// Wake-ups sent from other OS threads: a list under a lock, and an eventfd that makes the
 /// runtime's `epoll_wait` return.
 ///
@@ -806,6 +816,9 @@ impl Scheduler {
                 continue;
             }
             let next_deadline = self.timers.borrow_mut().next_deadline();
+            // The worker's tokio runtime's next timer, or "now" when it has work left.
+            #[cfg(feature = "tokio")]
+            let next_deadline = super::tokio_context::earliest(next_deadline);
             let timeout = next_deadline.map(|deadline| deadline.saturating_duration_since(now));
             if timeout.is_none() && !self.can_anything_wake() {
                 // A remote wake-up may be queued behind the eventfd (its sender already gone):
@@ -1091,6 +1104,12 @@ impl Scheduler {
             self.unpark(task, park, Wake::Notified);
         }
         self.woken_scratch.set(woken);
+        // tokio's turn, when its epoll fd has events or its deadline passed: on the scheduler's
+        // own stack only (a green thread's budget polls too; its turn waits for the loop).
+        #[cfg(feature = "tokio")]
+        if self.current.get().is_null() {
+            super::tokio_context::turn_if_due();
+        }
         if remote {
             self.remote.eventfd.drain();
             // Cleared before the list is taken: a wake-up pushed after the take sets it again.
@@ -1130,6 +1149,7 @@ impl Scheduler {
     /// Whether a parked task can be woken by something other than a green thread.
     fn can_anything_wake(&self) -> bool {
         self.remote_may_wake()
+            || tokio_tasks_may_wake()
             || self
                 .tasks
                 .borrow()
@@ -1331,6 +1351,9 @@ fn start_scheduler(settings: &super::Runtime, worker: WorkerLink) -> Rc<Schedule
 pub(crate) fn run_worker(settings: &super::Runtime, worker: WorkerLink) {
     let scheduler = start_scheduler(settings, worker);
     let _entered = scheduler.enter();
+    // Ends after the green threads, at the end of this frame (`shutdown` runs first).
+    #[cfg(feature = "tokio")]
+    let _tokio = super::tokio_context::start(&scheduler);
     let pool = scheduler.worker.pool.clone();
     let ended = || pool.is_shutting_down();
     let run = panic::catch_unwind(AssertUnwindSafe(|| {
@@ -1356,6 +1379,9 @@ pub(crate) fn run_main<'a, T: 'a>(
 ) -> T {
     let scheduler = start_scheduler(settings, worker);
     let _entered = scheduler.enter();
+    // Ends after the green threads, at the end of this frame (`shutdown` runs first).
+    #[cfg(feature = "tokio")]
+    let _tokio = super::tokio_context::start(&scheduler);
     let stack = Stack::new(settings.main_stack_size)
         .unwrap_or_else(|error| panic!("greenweave: could not start a runtime: {error}"));
     let outcome: Rc<RefCell<Option<std::thread::Result<T>>>> = Rc::new(RefCell::new(None));
