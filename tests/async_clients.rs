@@ -1,0 +1,494 @@
+//! Real async client crates, unchanged, in green threads (feature `tokio`), each future polled by
+//! `greenweave::block_on` in the worker's own tokio context: `tokio-postgres` and `sqlx` against
+//! Debian's PostgreSQL, `reqwest` against a green-thread HTTP server in the same runtime, and
+//! `redis`'s async client against a real `redis-server` (the servers are started by the tests:
+//! tests/common/).
+//!
+//! Every test runs on one worker (one OS thread) and shows by the order of events, with no
+//! timing threshold, that a client waiting in `block_on` parks only its own green thread: every
+//! client waits at a gate that a coordinator on a plain OS thread opens only once the server
+//! (or the green HTTP server) holds every client's request at once, and a heartbeat green
+//! thread on the clients' worker has ticked since. A `block_on` that blocked the worker would
+//! hold the other clients back from the gate and the heartbeat from ticking; the coordinator
+//! then gives up after [`GATE_LIMIT`], failing the test. The log then reads: every client's
+//! start, a tick, the gate's opening, every client's finish.
+#![cfg(feature = "tokio")]
+
+#[path = "common/http_get.rs"]
+mod http_get;
+#[path = "common/postgres_server.rs"]
+mod postgres_server;
+#[path = "common/redis_server.rs"]
+mod redis_server;
+#[path = "common/server_process.rs"]
+mod server_process;
+#[path = "common/spawn_watch.rs"]
+mod spawn_watch;
+
+use std::io::BufReader;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use postgres_server::PostgresServer;
+use redis_server::RedisServer;
+
+/// How long the coordinator waits for every client to reach the gate and the heartbeat to tick
+/// before it fails the test (a `block_on` that blocked the worker would keep it waiting for
+/// ever); also how long a gated client waits for the gate. Never reached in a passing run.
+const GATE_LIMIT: Duration = Duration::from_secs(120);
+
+/// The advisory lock key the PostgreSQL coordinators hold and every client waits for.
+const GATE: i64 = 30_004;
+
+/// What happened, in order, across the worker and the coordinator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Event {
+    /// The client is about to wait at the gate.
+    Start(usize),
+    Tick,
+    /// The coordinator opened the gate.
+    Released,
+    /// The client has its answer, checked.
+    Finish(usize),
+}
+
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<Event>>>);
+
+impl Log {
+    fn push(&self, event: Event) {
+        self.0.lock().unwrap().push(event);
+    }
+
+    fn events(&self) -> Vec<Event> {
+        self.0.lock().unwrap().clone()
+    }
+
+    fn len(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+
+    /// Whether a tick was logged at or after position `since`.
+    fn ticked_since(&self, since: usize) -> bool {
+        self.0.lock().unwrap()[since..].contains(&Event::Tick)
+    }
+}
+
+/// A green thread on the calling worker that logs a tick every millisecond (a green sleep)
+/// until [`Heartbeat::stop`].
+struct Heartbeat {
+    done: Arc<AtomicBool>,
+    thread: greenweave::thread::JoinHandle<()>,
+}
+
+impl Heartbeat {
+    fn start(log: &Log) -> Heartbeat {
+        let done = Arc::new(AtomicBool::new(false));
+        let thread = greenweave::spawn({
+            let (log, done) = (log.clone(), done.clone());
+            move || {
+                while !done.load(Ordering::Relaxed) {
+                    log.push(Event::Tick);
+                    greenweave::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        });
+        Heartbeat { done, thread }
+    }
+
+    fn stop(self) {
+        self.done.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap();
+    }
+}
+
+/// The coordinator's part, on a plain OS thread: waits (bounded by [`GATE_LIMIT`]) until
+/// `all_waiting` says every client waits at the gate, then until the heartbeat has ticked
+/// since, logs [`Event::Released`] and calls `open`.
+fn open_gate_when_all_wait(log: &Log, mut all_waiting: impl FnMut() -> bool, open: impl FnOnce()) {
+    let begun = Instant::now();
+    let give_up = |what: &str| {
+        assert!(
+            begun.elapsed() < GATE_LIMIT,
+            "{what}: a client's block_on blocked its worker; events: {:?}",
+            log.events()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    while !all_waiting() {
+        give_up("not every client reached the gate");
+    }
+    let all_there = log.len();
+    while !log.ticked_since(all_there) {
+        give_up("the heartbeat did not tick while every client waited at the gate");
+    }
+    log.push(Event::Released);
+    open();
+}
+
+/// Checks that the log is every client's start, a tick, the gate's release, every client's
+/// finish (ticks aside, one of each).
+fn assert_all_started_then_a_tick_then_all_finished(events: &[Event], clients: usize) {
+    let position = |event| events.iter().position(|&e| e == event);
+    let count = |event| events.iter().filter(|&&e| e == event).count();
+    let released = position(Event::Released).expect("the gate was opened");
+    for client in 0..clients {
+        let start = position(Event::Start(client)).expect("every client started");
+        let finish = position(Event::Finish(client)).expect("every client finished");
+        assert!(start < released && released < finish, "{events:?}");
+        assert_eq!(count(Event::Start(client)), 1, "{events:?}");
+        assert_eq!(count(Event::Finish(client)), 1, "{events:?}");
+    }
+    let last_start = (0..clients)
+        .filter_map(|client| position(Event::Start(client)))
+        .max()
+        .unwrap_or(0);
+    assert!(
+        events[last_start..released].contains(&Event::Tick),
+        "no tick between the last start and the gate's opening: {events:?}"
+    );
+    assert_eq!(count(Event::Released), 1, "{events:?}");
+    assert_eq!(
+        events.len(),
+        2 * clients + 1 + count(Event::Tick),
+        "{events:?}"
+    );
+}
+
+/// A PostgreSQL coordinator: holds the advisory lock [`GATE`] (exclusively, through the
+/// synchronous `postgres` client on a plain OS thread) until `clients` sessions wait for it in
+/// the server and the heartbeat has ticked since.
+fn start_postgres_gate(params: &str, clients: usize, log: &Log) -> std::thread::JoinHandle<()> {
+    let (locked_tx, locked_rx) = mpsc::channel();
+    let thread = std::thread::spawn({
+        let (params, log) = (params.to_owned(), log.clone());
+        move || {
+            let mut client = postgres::Client::connect(&params, postgres::NoTls).unwrap();
+            client
+                .execute("SELECT pg_advisory_lock($1)", &[&GATE])
+                .unwrap();
+            locked_tx.send(()).unwrap();
+            let mut waiting = postgres::Client::connect(&params, postgres::NoTls).unwrap();
+            let all_waiting = || {
+                let row = waiting
+                    .query_one(
+                        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted",
+                        &[],
+                    )
+                    .unwrap();
+                row.get::<_, i64>(0) == clients as i64
+            };
+            open_gate_when_all_wait(&log, all_waiting, || {
+                client
+                    .execute("SELECT pg_advisory_unlock($1)", &[&GATE])
+                    .unwrap();
+            });
+        }
+    });
+    locked_rx
+        .recv()
+        .expect("the coordinator takes the lock before the clients start");
+    thread
+}
+
+#[test]
+fn tokio_postgres_in_100_green_threads_on_one_worker_all_wait_in_the_server_before_any_finishes() {
+    const CLIENTS: usize = 100;
+    // Every client has its own connection (a query waits in the server per connection), plus
+    // the coordinator's two.
+    let Some(server) = PostgresServer::start_with_max_connections(CLIENTS + 10) else {
+        return;
+    };
+    let log = Log::default();
+    let gate = start_postgres_gate(&server.params(), CLIENTS, &log);
+    greenweave::run(|| {
+        let heartbeat = Heartbeat::start(&log);
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|id| {
+                let (params, log) = (server.params(), log.clone());
+                greenweave::spawn(move || {
+                    log.push(Event::Start(id));
+                    let (value, slept) = greenweave::block_on(async {
+                        let (client, connection) =
+                            tokio_postgres::connect(&params, tokio_postgres::NoTls)
+                                .await
+                                .unwrap();
+                        // The connection's task runs on this worker's tokio runtime.
+                        let connection = tokio::spawn(connection);
+                        client
+                            .execute("SELECT pg_advisory_lock_shared($1)", &[&GATE])
+                            .await
+                            .unwrap();
+                        let row = client
+                            .query_one(
+                                "SELECT pg_sleep(0.1)::text, $1::int * 1000 + 7",
+                                &[&(id as i32)],
+                            )
+                            .await
+                            .unwrap();
+                        drop(client);
+                        connection.await.unwrap().unwrap();
+                        (row.get::<_, i32>(1), row.get::<_, String>(0))
+                    });
+                    assert_eq!(value, id as i32 * 1000 + 7);
+                    assert_eq!(slept, "");
+                    log.push(Event::Finish(id));
+                })
+            })
+            .collect();
+        for client in clients {
+            client.join().unwrap();
+        }
+        heartbeat.stop();
+    });
+    gate.join().unwrap();
+    assert_all_started_then_a_tick_then_all_finished(&log.events(), CLIENTS);
+}
+
+#[test]
+fn sqlx_pool_shared_by_10_green_threads_on_one_worker_serves_them_all_at_once() {
+    use sqlx::postgres::PgPoolOptions;
+
+    const CLIENTS: usize = 10;
+    let Some(server) = PostgresServer::start() else {
+        return;
+    };
+    let log = Log::default();
+    let gate = start_postgres_gate(&server.params(), CLIENTS, &log);
+    greenweave::run(|| {
+        let heartbeat = Heartbeat::start(&log);
+        let pool = greenweave::block_on(
+            PgPoolOptions::new()
+                .max_connections(CLIENTS as u32)
+                .connect(&server.url()),
+        )
+        .unwrap();
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|id| {
+                let (pool, log) = (pool.clone(), log.clone());
+                greenweave::spawn(move || {
+                    log.push(Event::Start(id));
+                    let (number, text): (i32, String) = greenweave::block_on(async {
+                        let mut connection = pool.acquire().await.unwrap();
+                        sqlx::query("SELECT pg_advisory_lock_shared($1)")
+                            .bind(GATE)
+                            .execute(&mut *connection)
+                            .await
+                            .unwrap();
+                        let row = sqlx::query_as(
+                            "SELECT $1::int * 1000 + 7, format('green thread %s', $1::int)",
+                        )
+                        .bind(id as i32)
+                        .fetch_one(&mut *connection)
+                        .await
+                        .unwrap();
+                        let (unlocked,): (bool,) =
+                            sqlx::query_as("SELECT pg_advisory_unlock_shared($1)")
+                                .bind(GATE)
+                                .fetch_one(&mut *connection)
+                                .await
+                                .unwrap();
+                        assert!(unlocked);
+                        row
+                    });
+                    assert_eq!(number, id as i32 * 1000 + 7);
+                    assert_eq!(text, format!("green thread {id}"));
+                    log.push(Event::Finish(id));
+                })
+            })
+            .collect();
+        for client in clients {
+            client.join().unwrap();
+        }
+        // The pool opened a connection for every client, as all held one at once.
+        assert_eq!(pool.size(), CLIENTS as u32);
+        greenweave::block_on(pool.close());
+        heartbeat.stop();
+    });
+    gate.join().unwrap();
+    assert_all_started_then_a_tick_then_all_finished(&log.events(), CLIENTS);
+}
+
+/// The body the green HTTP server answers `path` with.
+fn body_for(path: &str) -> String {
+    format!("you asked for {path}")
+}
+
+#[test]
+fn reqwest_in_20_green_threads_gets_every_answer_from_a_green_server_on_the_same_worker() {
+    const CLIENTS: usize = 20;
+    const REQUESTS_EACH: usize = 5;
+    let log = Log::default();
+    // The green server counts the first requests it holds; the coordinator opens the gate.
+    let arrived = Arc::new(AtomicUsize::new(0));
+    let open = Arc::new(AtomicBool::new(false));
+    let gate = std::thread::spawn({
+        let (log, arrived, open) = (log.clone(), arrived.clone(), open.clone());
+        move || {
+            open_gate_when_all_wait(
+                &log,
+                || arrived.load(Ordering::Acquire) == CLIENTS,
+                || open.store(true, Ordering::Release),
+            )
+        }
+    });
+    greenweave::run(|| {
+        let heartbeat = Heartbeat::start(&log);
+        let listener = greenweave::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        // Answers every GET on each keep-alive connection, holding each client's first one
+        // (path ending in /0) at the gate.
+        let server = greenweave::spawn({
+            let (arrived, open) = (arrived.clone(), open.clone());
+            move || {
+                let mut handlers = Vec::new();
+                for stream in listener.incoming() {
+                    let stream = stream.unwrap();
+                    let (arrived, open) = (arrived.clone(), open.clone());
+                    handlers.push(greenweave::spawn(move || {
+                        let mut reader = BufReader::new(&stream);
+                        while let Some(get) = http_get::read_get(&mut reader) {
+                            if get.path.ends_with("/0") {
+                                arrived.fetch_add(1, Ordering::Release);
+                                let begun = Instant::now();
+                                while !open.load(Ordering::Acquire) {
+                                    assert!(begun.elapsed() < GATE_LIMIT, "the gate stayed shut");
+                                    greenweave::thread::sleep(Duration::from_millis(1));
+                                }
+                            }
+                            http_get::write_ok(&stream, &body_for(&get.path));
+                        }
+                    }));
+                }
+                handlers
+            }
+        });
+
+        // One client for every green thread, as a program shares it; its pool keeps a
+        // connection per green thread alive between requests.
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(GATE_LIMIT)
+            .build()
+            .unwrap();
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|id| {
+                let (client, log) = (client.clone(), log.clone());
+                greenweave::spawn(move || {
+                    log.push(Event::Start(id));
+                    for request in 0..REQUESTS_EACH {
+                        let path = format!("/client/{id}/request/{request}");
+                        let url = format!("http://{address}{path}");
+                        let (status, body) = greenweave::block_on(async {
+                            let response = client.get(url).send().await.unwrap();
+                            (response.status(), response.text().await.unwrap())
+                        });
+                        assert_eq!(status, reqwest::StatusCode::OK);
+                        assert_eq!(body, body_for(&path));
+                    }
+                    log.push(Event::Finish(id));
+                })
+            })
+            .collect();
+        for client in clients {
+            client.join().unwrap();
+        }
+        heartbeat.stop();
+        // The server's green threads would wait for more requests for ever: end them.
+        server.cancel();
+        assert!(server.join().unwrap_err().is_cancelled());
+    });
+    gate.join().unwrap();
+    assert_all_started_then_a_tick_then_all_finished(&log.events(), CLIENTS);
+}
+
+/// The value the redis coordinator pushes to client `id`'s list.
+fn redis_value(id: usize) -> String {
+    format!("value for green thread {id}")
+}
+
+fn redis_key(id: usize) -> String {
+    format!("greenweave:async:{id}")
+}
+
+#[test]
+fn redis_async_blpop_in_50_green_threads_on_one_worker_all_wait_in_the_server_at_once() {
+    use redis::AsyncCommands;
+
+    const CLIENTS: usize = 50;
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let url = server.url();
+    let log = Log::default();
+    let gate = std::thread::spawn({
+        let (url, log) = (url.clone(), log.clone());
+        move || {
+            let client = redis::Client::open(url).unwrap();
+            let mut connection = client.get_connection().unwrap();
+            let all_waiting = || {
+                let info: String = redis::cmd("INFO")
+                    .arg("clients")
+                    .query(&mut connection)
+                    .unwrap();
+                blocked_clients(&info) == CLIENTS
+            };
+            let mut pusher = client.get_connection().unwrap();
+            open_gate_when_all_wait(&log, all_waiting, || {
+                for id in 0..CLIENTS {
+                    let _: usize =
+                        redis::Commands::lpush(&mut pusher, redis_key(id), redis_value(id))
+                            .unwrap();
+                }
+            });
+        }
+    });
+    greenweave::run(|| {
+        let heartbeat = Heartbeat::start(&log);
+        let client = redis::Client::open(url).unwrap();
+        // BLPOP's answer comes when the gate opens: no response timeout.
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|id| {
+                let (client, config, log) = (client.clone(), config.clone(), log.clone());
+                greenweave::spawn(move || {
+                    let (stored, popped) = greenweave::block_on(async {
+                        // Its own connection: a BLPOP holds its connection in the server.
+                        let mut connection = client
+                            .get_multiplexed_async_connection_with_config(&config)
+                            .await
+                            .unwrap();
+                        let own = format!("{}:own", redis_key(id));
+                        let () = connection.set(&own, id).await.unwrap();
+                        let stored: usize = connection.get(&own).await.unwrap();
+                        log.push(Event::Start(id));
+                        let popped: Option<(String, String)> =
+                            connection.blpop(redis_key(id), 60.0).await.unwrap();
+                        (stored, popped)
+                    });
+                    assert_eq!(stored, id);
+                    assert_eq!(popped, Some((redis_key(id), redis_value(id))));
+                    log.push(Event::Finish(id));
+                })
+            })
+            .collect();
+        for client in clients {
+            client.join().unwrap();
+        }
+        heartbeat.stop();
+    });
+    gate.join().unwrap();
+    assert_all_started_then_a_tick_then_all_finished(&log.events(), CLIENTS);
+    drop(server);
+}
+
+/// The `blocked_clients` figure of redis's `INFO clients`.
+fn blocked_clients(info: &str) -> usize {
+    info.lines()
+        .find_map(|line| line.strip_prefix("blocked_clients:"))
+        .expect("INFO clients reports blocked_clients")
+        .trim()
+        .parse()
+        .unwrap()
+}
