@@ -69,10 +69,11 @@ use std::time::{Duration, Instant};
 
 use crate::runtime::budget;
 use crate::runtime::scheduler::{self, Cancelled, with_scheduler};
-use crate::runtime::task::{Task, TaskState, Wait, Wake};
+use crate::runtime::task::{Joiner, Task, TaskState, Wait, Wake};
 use crate::stack::{Stack, pool};
 use park::Parker;
 
+mod join_future;
 pub(crate) mod park;
 mod remote;
 mod scope;
@@ -440,7 +441,7 @@ impl<T> JoinHandle<T> {
                 deadline,
                 None,
                 |me, park| {
-                    self.task.joiner.set(Some((me.clone(), park)));
+                    self.task.joiner.set(Some(Joiner::Green(me.clone(), park)));
                 },
             );
             timed_out = deadline.is_some() && wake == Wake::TimedOut;

@@ -1056,7 +1056,7 @@ fn group_join_waits_for_every_member_however_it_ends() {
                 finished.set(finished.get() + 1);
             });
         }
-        let _ = group.spawn(|| panic!("a member panics"));
+        drop(group.spawn(|| panic!("a member panics")));
         let stuck = group.spawn(|| thread::sleep(Duration::from_secs(3600)));
         assert_eq!(group.len(), 6);
         assert!(!group.join_timeout(Duration::from_millis(10)));

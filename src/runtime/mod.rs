@@ -12,6 +12,7 @@
 //! public face is [`run`], [`Runtime`] and [`Builder`]; green threads themselves are in
 //! [`crate::thread`], sockets in [`crate::net`].
 
+pub(crate) mod background;
 pub(crate) mod budget;
 #[cfg(greenweave_chaos)]
 mod chaos;
@@ -37,6 +38,7 @@ use std::time::Duration;
 
 use crate::stack::Stack;
 
+pub use background::Background;
 pub use dump::{Dump, Frame, GreenThread, GreenThreadState, dump, dump_without_backtraces};
 pub use metrics::{ParkReason, RuntimeMetrics};
 

@@ -29,7 +29,9 @@ use super::metrics::{HotCounters, WorkerMetrics};
 use super::reactor::{Reactor, ScheduledIo};
 use super::ring::Ring;
 use super::stall::StallWatch;
-use super::task::{ParkRequest, Suspend, Task, TaskCoroutine, TaskKey, TaskState, Wait, Wake};
+use super::task::{
+    Joiner, ParkRequest, Suspend, Task, TaskCoroutine, TaskKey, TaskState, Wait, Wake,
+};
 use super::workers::WorkerLink;
 
 /// How many finished tasks the scheduler keeps for reuse by later spawns.
@@ -1042,8 +1044,10 @@ impl Scheduler {
         self.tasks.borrow_mut().remove(task.slot);
         self.hot_counters.finished();
         self.metrics.ended(1);
-        if let Some((joiner, park)) = task.joiner.take() {
-            self.unpark(joiner, park, Wake::Notified);
+        match task.joiner.take() {
+            Some(Joiner::Green(joiner, park)) => self.unpark(joiner, park, Wake::Notified),
+            Some(Joiner::Future(waker)) => waker.wake(),
+            None => {}
         }
         // A detached task's last reference is this one.
         self.recycle(&task);

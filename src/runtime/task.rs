@@ -269,6 +269,14 @@ pub(crate) enum TaskState {
 /// what the scheduler should do with it.
 pub(crate) type TaskCoroutine = Coroutine<Wake, Suspend, ()>;
 
+/// Who waits for a green thread to finish.
+pub(crate) enum Joiner {
+    /// A green thread in `join` (or a `select` with a join), in park number `.1`.
+    Green(Rc<Task>, u64),
+    /// A task awaiting the `JoinHandle` as a future.
+    Future(std::task::Waker),
+}
+
 /// How code outside the scheduler's loop (another OS thread, a remote channel) names a green
 /// thread: its slot in the scheduler's task table, and its id, which tells a reused slot apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -303,8 +311,8 @@ pub(crate) struct Task {
     /// The innermost `time::timeout` deadline in force, with the token of the `timeout` call
     /// that owns it; every park is bounded by it.
     pub(crate) scope_deadline: Cell<Option<(Instant, u64)>>,
-    /// The green thread waiting in `join` for this one, with its park number.
-    pub(crate) joiner: Cell<Option<(Rc<Task>, u64)>>,
+    /// Who waits for this one to finish: a green thread in `join`, or a future's waker.
+    pub(crate) joiner: Cell<Option<Joiner>>,
     /// Where the body leaves its result for the `JoinHandle`.
     pub(crate) result: ResultSlot,
     /// Its greenlets, stored here while it does not run (installed by `run_task` while it

@@ -82,6 +82,23 @@ impl Builder {
         let (pool, here) = with_scheduler("greenweave::thread::spawn_on", |scheduler| {
             (scheduler.worker.pool.clone(), scheduler.worker.index)
         });
+        self.spawn_on_pool(&pool, Some(here), worker, f)
+    }
+
+    /// [`spawn_on`](Builder::spawn_on) onto worker `worker` of the runtime whose workers are
+    /// `pool`, from worker `here` of it, or (`None`) from any thread outside it (a
+    /// `runtime::Background`'s caller).
+    pub(crate) fn spawn_on_pool<F, T>(
+        self,
+        pool: &Arc<Pool>,
+        here: Option<usize>,
+        worker: usize,
+        f: F,
+    ) -> io::Result<RemoteJoinHandle<T>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
         if worker >= pool.len() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -103,7 +120,7 @@ impl Builder {
             pool: pool.clone(),
             worker,
         };
-        if worker == here {
+        if here == Some(worker) {
             with_scheduler("greenweave::thread::spawn_on", |scheduler| {
                 self.spawn_remote_body(scheduler, f, completion)
             })?;
@@ -318,6 +335,38 @@ impl<T> RemoteJoinHandle<T> {
     }
 }
 
+/// Awaits the green thread's end from any async code, on any thread (a tokio task on tokio's
+/// own workers, say), without blocking it: the output is [`join`](RemoteJoinHandle::join)'s
+/// result. Polled again after it returned `Ready`, it stays pending.
+///
+/// ```
+/// use greenweave::Runtime;
+///
+/// let runtime = Runtime::builder().workers(2).build()?.start()?;
+/// let handle = runtime.spawn(|| 6 * 7);
+/// // Any executor will do; here, block_on outside a green thread.
+/// assert_eq!(greenweave::block_on(handle).unwrap(), 42);
+/// runtime.shutdown();
+/// # Ok::<(), std::io::Error>(())
+/// ```
+impl<T> std::future::Future for RemoteJoinHandle<T> {
+    type Output = Result<T, JoinError>;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let mut shared = self.shared.lock();
+        match shared.result.take() {
+            Some(result) => std::task::Poll::Ready(result),
+            None => {
+                shared.waiter = Some(Waiter::Future(cx.waker().clone()));
+                std::task::Poll::Pending
+            }
+        }
+    }
+}
+
 /// A deadline no wait reaches (a timeout too large to add to now).
 fn far_future() -> Instant {
     Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600)
@@ -356,6 +405,8 @@ enum Waiter {
     Green { worker: WorkerLink, task: TaskKey },
     /// An OS thread, blocked in `std::thread::park`.
     Thread(std::thread::Thread),
+    /// A task awaiting the handle as a future.
+    Future(std::task::Waker),
 }
 
 impl<T> Shared<T> {
@@ -426,6 +477,7 @@ fn finish<T>(shared: &Shared<T>, result: Result<T, JoinError>) {
             }
         }
         Some(Waiter::Thread(thread)) => thread.unpark(),
+        Some(Waiter::Future(waker)) => waker.wake(),
         None => {}
     }
 }

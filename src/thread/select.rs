@@ -4,7 +4,7 @@
 use std::rc::Rc;
 
 use crate::runtime::scheduler::with_scheduler;
-use crate::runtime::task::Task;
+use crate::runtime::task::{Joiner, Task};
 use crate::sync::select::sealed::{Operand, Sealed};
 use crate::sync::select::{Operation, OperationKind};
 use crate::sync::wait_queue::Registration;
@@ -28,7 +28,7 @@ impl<T> Operation for JoinHandle<T> {
         // A green thread has one joiner slot; `join` takes the handle, so only a handle shared
         // through an `Rc` can have two green threads wait on it.
         let joiner = self.task.joiner.take();
-        if let Some((other, other_park)) = &joiner
+        if let Some(Joiner::Green(other, other_park)) = &joiner
             && other.is_in_park(*other_park)
             && !Rc::ptr_eq(other, task)
         {
@@ -40,13 +40,15 @@ impl<T> Operation for JoinHandle<T> {
             );
         }
         drop(joiner);
-        self.task.joiner.set(Some((task.clone(), park)));
+        self.task
+            .joiner
+            .set(Some(Joiner::Green(task.clone(), park)));
         None
     }
 
     fn deregister(&self, task: &Task, park: u64, _registration: Option<Registration>) -> bool {
         match self.task.joiner.take() {
-            Some((joiner, joiner_park)) if std::ptr::eq(Rc::as_ptr(&joiner), task) => {
+            Some(Joiner::Green(joiner, joiner_park)) if std::ptr::eq(Rc::as_ptr(&joiner), task) => {
                 // Ours, still there (unless from an earlier park, which is stale anyway).
                 joiner_park != park
             }
