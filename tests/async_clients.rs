@@ -38,6 +38,10 @@ use redis_server::RedisServer;
 /// ever); also how long a gated client waits for the gate. Never reached in a passing run.
 const GATE_LIMIT: Duration = Duration::from_secs(120);
 
+/// How long a client's `BLPOP` waits in redis: longer than the coordinator, whose give-up
+/// says why.
+const BLPOP_LIMIT: f64 = 2.0 * GATE_LIMIT.as_secs_f64();
+
 /// The advisory lock key the PostgreSQL coordinators hold and every client waits for.
 const GATE: i64 = 30_004;
 
@@ -105,26 +109,40 @@ impl Heartbeat {
 
 /// The coordinator's part, on a plain OS thread: waits (bounded by [`GATE_LIMIT`]) until
 /// `all_waiting` says every client waits at the gate, then until the heartbeat has ticked
-/// since, logs [`Event::Released`] and calls `open`.
+/// since, logs [`Event::Released`] and calls `open`. Past the limit it opens the gate all the
+/// same, so that the clients end and the test fails with its message instead of hanging, and
+/// panics.
 fn open_gate_when_all_wait(log: &Log, mut all_waiting: impl FnMut() -> bool, open: impl FnOnce()) {
     let begun = Instant::now();
-    let give_up = |what: &str| {
-        assert!(
-            begun.elapsed() < GATE_LIMIT,
+    let past_limit = |what| {
+        std::thread::sleep(Duration::from_millis(1));
+        (begun.elapsed() > GATE_LIMIT).then_some(what)
+    };
+    let mut failure = None;
+    while failure.is_none() && !all_waiting() {
+        failure = past_limit("not every client reached the gate");
+    }
+    let all_there = log.len();
+    while failure.is_none() && !log.ticked_since(all_there) {
+        failure = past_limit("the heartbeat did not tick while every client waited at the gate");
+    }
+    if failure.is_none() {
+        log.push(Event::Released);
+    }
+    open();
+    if let Some(what) = failure {
+        panic!(
             "{what}: a client's block_on blocked its worker; events: {:?}",
             log.events()
         );
-        std::thread::sleep(Duration::from_millis(1));
-    };
-    while !all_waiting() {
-        give_up("not every client reached the gate");
     }
-    let all_there = log.len();
-    while !log.ticked_since(all_there) {
-        give_up("the heartbeat did not tick while every client waited at the gate");
+}
+
+/// Joins a coordinator's thread: its give-up fails the test with its own message.
+fn join_gate(gate: std::thread::JoinHandle<()>) {
+    if let Err(panic) = gate.join() {
+        std::panic::resume_unwind(panic);
     }
-    log.push(Event::Released);
-    open();
 }
 
 /// Checks that the log is every client's start, a tick, the gate's release, every client's
@@ -242,7 +260,7 @@ fn tokio_postgres_in_100_green_threads_on_one_worker_all_wait_in_the_server_befo
         }
         heartbeat.stop();
     });
-    gate.join().unwrap();
+    join_gate(gate);
     assert_all_started_then_a_tick_then_all_finished(&log.events(), CLIENTS);
 }
 
@@ -306,7 +324,7 @@ fn sqlx_pool_shared_by_10_green_threads_on_one_worker_serves_them_all_at_once() 
         greenweave::block_on(pool.close());
         heartbeat.stop();
     });
-    gate.join().unwrap();
+    join_gate(gate);
     assert_all_started_then_a_tick_then_all_finished(&log.events(), CLIENTS);
 }
 
@@ -399,7 +417,7 @@ fn reqwest_in_20_green_threads_gets_every_answer_from_a_green_server_on_the_same
         server.cancel();
         assert!(server.join().unwrap_err().is_cancelled());
     });
-    gate.join().unwrap();
+    join_gate(gate);
     assert_all_started_then_a_tick_then_all_finished(&log.events(), CLIENTS);
 }
 
@@ -464,7 +482,7 @@ fn redis_async_blpop_in_50_green_threads_on_one_worker_all_wait_in_the_server_at
                         let stored: usize = connection.get(&own).await.unwrap();
                         log.push(Event::Start(id));
                         let popped: Option<(String, String)> =
-                            connection.blpop(redis_key(id), 60.0).await.unwrap();
+                            connection.blpop(redis_key(id), BLPOP_LIMIT).await.unwrap();
                         (stored, popped)
                     });
                     assert_eq!(stored, id);
@@ -478,7 +496,7 @@ fn redis_async_blpop_in_50_green_threads_on_one_worker_all_wait_in_the_server_at
         }
         heartbeat.stop();
     });
-    gate.join().unwrap();
+    join_gate(gate);
     assert_all_started_then_a_tick_then_all_finished(&log.events(), CLIENTS);
     drop(server);
 }
