@@ -69,6 +69,15 @@ impl Log {
         self.0.lock().unwrap().clone()
     }
 
+    /// How many clients have started.
+    fn starts(&self) -> usize {
+        let events = self.0.lock().unwrap();
+        events
+            .iter()
+            .filter(|e| matches!(e, Event::Start(_)))
+            .count()
+    }
+
     fn len(&self) -> usize {
         self.0.lock().unwrap().len()
     }
@@ -175,9 +184,14 @@ fn assert_all_started_then_a_tick_then_all_finished(events: &[Event], clients: u
 }
 
 /// A PostgreSQL coordinator: holds the advisory lock [`GATE`] (exclusively, through the
-/// synchronous `postgres` client on a plain OS thread) until `clients` sessions wait for it in
-/// the server and the heartbeat has ticked since.
-fn start_postgres_gate(params: &str, clients: usize, log: &Log) -> std::thread::JoinHandle<()> {
+/// synchronous `postgres` client on a plain OS thread) until `clients` clients have started,
+/// `in_server` sessions wait for the lock in the server, and the heartbeat has ticked since.
+fn start_postgres_gate(
+    params: &str,
+    clients: usize,
+    in_server: usize,
+    log: &Log,
+) -> std::thread::JoinHandle<()> {
     let (locked_tx, locked_rx) = mpsc::channel();
     let thread = std::thread::spawn({
         let (params, log) = (params.to_owned(), log.clone());
@@ -195,7 +209,7 @@ fn start_postgres_gate(params: &str, clients: usize, log: &Log) -> std::thread::
                         &[],
                     )
                     .unwrap();
-                row.get::<_, i64>(0) == clients as i64
+                row.get::<_, i64>(0) == in_server as i64 && log.starts() == clients
             };
             open_gate_when_all_wait(&log, all_waiting, || {
                 client
@@ -219,7 +233,7 @@ fn tokio_postgres_in_100_green_threads_on_one_worker_all_wait_in_the_server_befo
         return;
     };
     let log = Log::default();
-    let gate = start_postgres_gate(&server.params(), CLIENTS, &log);
+    let gate = start_postgres_gate(&server.params(), CLIENTS, CLIENTS, &log);
     greenweave::run(|| {
         let heartbeat = Heartbeat::start(&log);
         let clients: Vec<_> = (0..CLIENTS)
@@ -265,20 +279,24 @@ fn tokio_postgres_in_100_green_threads_on_one_worker_all_wait_in_the_server_befo
 }
 
 #[test]
-fn sqlx_pool_shared_by_10_green_threads_on_one_worker_serves_them_all_at_once() {
+fn sqlx_pool_of_5_shared_by_20_green_threads_on_one_worker_hands_each_its_turn() {
     use sqlx::postgres::PgPoolOptions;
 
-    const CLIENTS: usize = 10;
+    const CLIENTS: usize = 20;
+    const CONNECTIONS: usize = 5;
     let Some(server) = PostgresServer::start() else {
         return;
     };
     let log = Log::default();
-    let gate = start_postgres_gate(&server.params(), CLIENTS, &log);
+    // Opens once every client has started: five wait for the gate in the server, holding the
+    // pool's every connection, and fifteen wait in the pool for one of theirs.
+    let gate = start_postgres_gate(&server.params(), CLIENTS, CONNECTIONS, &log);
     greenweave::run(|| {
         let heartbeat = Heartbeat::start(&log);
         let pool = greenweave::block_on(
             PgPoolOptions::new()
-                .max_connections(CLIENTS as u32)
+                .max_connections(CONNECTIONS as u32)
+                .acquire_timeout(GATE_LIMIT)
                 .connect(&server.url()),
         )
         .unwrap();
@@ -319,8 +337,8 @@ fn sqlx_pool_shared_by_10_green_threads_on_one_worker_serves_them_all_at_once() 
         for client in clients {
             client.join().unwrap();
         }
-        // The pool opened a connection for every client, as all held one at once.
-        assert_eq!(pool.size(), CLIENTS as u32);
+        // A connection came back to the pool for each waiting client, none beyond its size.
+        assert_eq!(pool.size(), CONNECTIONS as u32);
         greenweave::block_on(pool.close());
         heartbeat.stop();
     });
