@@ -204,3 +204,45 @@ fn a_second_postgres_sync_client_in_a_call_on_the_same_os_thread_meets_tokios_on
     coordinator.join();
     assert_all_started_before_any_ended(&log.events(), 1);
 }
+
+/// With the `tokio` feature too: while a sync client's call is parked inside its own tokio
+/// runtime's `block_on` (tokio's "entered" flag set on this OS thread), the worker's tokio
+/// runtime waits for its turn instead of starting one (which would make tokio panic), and
+/// takes it once the call has ended.
+#[cfg(feature = "tokio")]
+#[test]
+fn the_workers_tokio_runtime_waits_for_a_parked_sync_postgres_call_instead_of_panicking() {
+    let Some(server) = PostgresServer::start() else {
+        return;
+    };
+    let log = Log::default();
+    greenweave::run(|| {
+        // The worker's own runtime (while the query is parked, the current one on this OS
+        // thread is the client's).
+        let worker_runtime = tokio::runtime::Handle::current();
+        let query = greenweave::spawn({
+            let (params, log) = (server.params(), log.clone());
+            move || {
+                let mut client = Client::connect(&params, NoTls).unwrap();
+                log.push("query start");
+                let row = client
+                    .query_one("SELECT 5 FROM pg_sleep(0.3)", &[])
+                    .unwrap();
+                log.push("query end");
+                row.get::<_, i32>(0)
+            }
+        });
+        while log.events().is_empty() {
+            greenweave::thread::sleep(Duration::from_millis(1));
+        }
+        // The query is parked inside its client's runtime: this task needs a turn of the
+        // worker's runtime, which waits for the query to end.
+        let task = worker_runtime.spawn({
+            let log = log.clone();
+            async move { log.push("tokio task ran") }
+        });
+        greenweave::block_on(task).unwrap();
+        assert_eq!(query.join().unwrap(), 5);
+    });
+    assert_eq!(log.events(), ["query start", "query end", "tokio task ran"]);
+}

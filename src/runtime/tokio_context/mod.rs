@@ -46,6 +46,9 @@ use super::scheduler::Scheduler;
 #[cfg(feature = "hooks")]
 pub(crate) use epoll_turn::intercept_epoll_wait;
 
+/// How soon a turn held back by a foreign runtime's wait is tried again.
+const HELD_BACK_RETRY: std::time::Duration = std::time::Duration::from_millis(1);
+
 thread_local! {
     /// The running worker's tokio runtime, or null outside a worker (set by [`start`] for as
     /// long as its guard lives).
@@ -187,7 +190,14 @@ fn with_worker<R>(f: impl FnOnce(&WorkerTokio) -> R) -> Option<R> {
 /// do (an event on its epoll fd, a deadline passed).
 pub(crate) fn turn_if_due() {
     with_worker(|worker| {
-        if !worker.is_due(Instant::now()) || foreign_runtime_may_be_entered() {
+        let now = Instant::now();
+        if !worker.is_due(now) {
+            return;
+        }
+        if foreign_runtime_may_be_entered() {
+            // Due, but held back: look again shortly (the foreign wait's end makes no event
+            // here, and the readiness already seen stays cached).
+            worker.deadline.set(now.checked_add(HELD_BACK_RETRY));
             return;
         }
         // Cleared first: an event that comes during the turn is a new edge, seen next time.
