@@ -47,6 +47,15 @@ impl Gate {
     fn wait(&self) -> GateFuture {
         GateFuture(self.clone())
     }
+
+    /// Spawns a green thread that waits for the gate in `block_on`, and lets it run until it
+    /// has parked there (polled once).
+    fn spawn_parked_waiter(&self) -> thread::JoinHandle<usize> {
+        let gate = self.clone();
+        let waiter = greenweave::spawn(move || greenweave::block_on(gate.wait()));
+        yield_until(|| self.has_waker());
+        waiter
+    }
 }
 
 struct GateFuture(Gate);
@@ -89,11 +98,7 @@ fn a_ready_future_returns_its_output_without_parking() {
 fn a_wake_from_another_green_thread_of_the_same_worker_ends_the_park() {
     greenweave::run(|| {
         let gate = Gate::default();
-        let waiter = {
-            let gate = gate.clone();
-            greenweave::spawn(move || greenweave::block_on(gate.wait()))
-        };
-        yield_until(|| gate.has_waker());
+        let waiter = gate.spawn_parked_waiter();
         // The waiter is parked: it was polled once, and nothing wakes it but this.
         assert_eq!(gate.polls(), 1);
         assert!(!waiter.is_finished());
@@ -108,11 +113,7 @@ fn a_wake_from_another_green_thread_of_the_same_worker_ends_the_park() {
 fn a_wake_from_a_plain_os_thread_ends_the_park() {
     greenweave::run(|| {
         let gate = Gate::default();
-        let waiter = {
-            let gate = gate.clone();
-            greenweave::spawn(move || greenweave::block_on(gate.wait()))
-        };
-        yield_until(|| gate.has_waker());
+        let waiter = gate.spawn_parked_waiter();
         let opener = gate.clone();
         // The OS thread is joined only after the wake reached the waiter: main waits in the
         // green join, so the worker keeps running.
@@ -203,11 +204,7 @@ fn a_wake_from_another_os_thread_between_the_poll_and_the_park_is_not_lost() {
 fn spurious_wakes_only_cost_a_poll() {
     greenweave::run(|| {
         let gate = Gate::default();
-        let waiter = {
-            let gate = gate.clone();
-            greenweave::spawn(move || greenweave::block_on(gate.wait()))
-        };
-        yield_until(|| gate.has_waker());
+        let waiter = gate.spawn_parked_waiter();
         // Three wakes with the gate still shut: three more polls, each Pending.
         for expected_polls in 2..=4 {
             let waker = gate.0.waker.lock().unwrap().clone().unwrap();
