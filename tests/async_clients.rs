@@ -7,8 +7,9 @@
 //! Every test runs on one worker (one OS thread) and shows by the order of events, with no
 //! timing threshold, that a client waiting in `block_on` parks only its own green thread: every
 //! client waits at a gate that a coordinator on a plain OS thread opens only once the server
-//! (or the green HTTP server) holds every client's request at once, and a heartbeat green
-//! thread on the clients' worker has ticked since. A `block_on` that blocked the worker would
+//! (or the green HTTP server) holds every client's request at once (sqlx: as many as its pool
+//! has connections, while the other clients wait in the pool), and a heartbeat green thread on
+//! the clients' worker has ticked since. A `block_on` that blocked the worker would
 //! hold the other clients back from the gate and the heartbeat from ticking; the coordinator
 //! then gives up after [`GATE_LIMIT`], failing the test. The log then reads: every client's
 //! start, a tick, the gate's opening, every client's finish.
