@@ -522,10 +522,96 @@ fn redis_async_blpop_in_50_green_threads_on_one_worker_all_wait_in_the_server_at
 
 /// The `blocked_clients` figure of redis's `INFO clients`.
 fn blocked_clients(info: &str) -> usize {
+    info_figure(info, "blocked_clients")
+}
+
+/// A figure of redis's `INFO`, by name.
+fn info_figure(info: &str, name: &str) -> usize {
     info.lines()
-        .find_map(|line| line.strip_prefix("blocked_clients:"))
-        .expect("INFO clients reports blocked_clients")
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("INFO reports {name}:\n{info}"))
         .trim()
         .parse()
         .unwrap()
+}
+
+#[test]
+fn a_redis_async_blpop_cancelled_or_timed_out_closes_its_connection_and_takes_nothing() {
+    use redis::AsyncCommands;
+
+    let Some(server) = RedisServer::start() else {
+        return;
+    };
+    let url = server.url();
+    greenweave::run(move || {
+        let client = redis::Client::open(url).unwrap();
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+        let mut probe = greenweave::block_on(client.get_multiplexed_async_connection()).unwrap();
+        // Waits (bounded) until the server counts `blocked` clients in a blocking command and
+        // `connected` connections (the probe's among them).
+        let mut until_server_counts = |blocked: usize, connected: usize| {
+            let begun = Instant::now();
+            loop {
+                let info: String =
+                    greenweave::block_on(redis::cmd("INFO").arg("clients").query_async(&mut probe))
+                        .unwrap();
+                let counts = (
+                    info_figure(&info, "blocked_clients"),
+                    info_figure(&info, "connected_clients"),
+                );
+                if counts == (blocked, connected) {
+                    return;
+                }
+                assert!(
+                    begun.elapsed() < GATE_LIMIT,
+                    "the server never counted {blocked} blocked of {connected} clients:\n{info}"
+                );
+                greenweave::thread::sleep(Duration::from_millis(1));
+            }
+        };
+        // A BLPOP on its own connection, made and dropped inside the green thread's block_on.
+        let pop = |key: &'static str| {
+            let (client, config) = (client.clone(), config.clone());
+            move || {
+                greenweave::block_on(async move {
+                    let mut connection = client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await
+                        .unwrap();
+                    let popped: Option<(String, String)> =
+                        connection.blpop(key, BLPOP_LIMIT).await.unwrap();
+                    popped
+                })
+            }
+        };
+
+        // Cancelled while the server holds its BLPOP: dropping the future in the green thread
+        // drops the connection, whose tokio task then closes the socket.
+        let cancelled = greenweave::spawn(pop("greenweave:cancelled"));
+        until_server_counts(1, 2);
+        cancelled.cancel();
+        assert!(cancelled.join().unwrap_err().is_cancelled());
+        until_server_counts(0, 1);
+
+        // Timed out, in the server or on its way there: the same.
+        let timed_out = greenweave::spawn({
+            let pop = pop("greenweave:timed-out");
+            move || greenweave::time::timeout(Duration::from_millis(20), pop)
+        });
+        assert!(timed_out.join().unwrap().is_err());
+        until_server_counts(0, 1);
+
+        // Neither took what is pushed afterwards.
+        for key in ["greenweave:cancelled", "greenweave:timed-out"] {
+            let lengths: (usize, usize) = greenweave::block_on(
+                redis::pipe()
+                    .lpush(key, "after")
+                    .llen(key)
+                    .query_async(&mut probe),
+            )
+            .unwrap();
+            assert_eq!(lengths, (1, 1));
+        }
+    });
+    drop(server);
 }
