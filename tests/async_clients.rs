@@ -4,15 +4,19 @@
 //! `redis`'s async client against a real `redis-server` (the servers are started by the tests:
 //! tests/common/).
 //!
-//! Every test runs on one worker (one OS thread) and shows by the order of events, with no
-//! timing threshold, that a client waiting in `block_on` parks only its own green thread: every
-//! client waits at a gate that a coordinator on a plain OS thread opens only once the server
-//! (or the green HTTP server) holds every client's request at once (sqlx: as many as its pool
-//! has connections, while the other clients wait in the pool), and a heartbeat green thread on
-//! the clients' worker has ticked since. A `block_on` that blocked the worker would
-//! hold the other clients back from the gate and the heartbeat from ticking; the coordinator
-//! then gives up after [`GATE_LIMIT`], failing the test. The log then reads: every client's
-//! start, a tick, the gate's opening, every client's finish.
+//! Each test shows by the order of events, with no timing threshold, that a client waiting in
+//! `block_on` parks only its own green thread: every client waits at a gate that a coordinator
+//! on a plain OS thread opens only once the server (or the green HTTP server) holds every
+//! client's request at once (sqlx: as many as its pool has connections, while the other
+//! clients wait in the pool), and a heartbeat has ticked since. The clients run on one worker
+//! (one OS thread) with a heartbeat green thread beside them, except in
+//! `tokio_tasks_await_green_threads_of_a_started_runtime_...`, where they run on a started
+//! runtime (`Runtime::start`) whose green threads a tokio program's tasks await, and the
+//! heartbeat is a task of that program. A `block_on` that blocked its worker would hold the
+//! other clients back from the gate (and the heartbeat from ticking); the coordinator then
+//! gives up after [`GATE_LIMIT`], failing the test. The log then reads: every client's start,
+//! a tick, the gate's opening, every client's finish. The last test is of the end of a
+//! `block_on` cut short: a cancelled or timed-out `BLPOP` leaves the server and takes nothing.
 #![cfg(feature = "tokio")]
 
 #[path = "common/http_get.rs"]
@@ -345,6 +349,86 @@ fn sqlx_pool_of_5_shared_by_20_green_threads_on_one_worker_hands_each_its_turn()
     });
     join_gate(gate);
     assert_all_started_then_a_tick_then_all_finished(&log.events(), CLIENTS);
+}
+
+#[test]
+fn tokio_tasks_await_green_threads_of_a_started_runtime_that_each_run_tokio_postgres_there() {
+    const TASKS: usize = 20;
+    let Some(server) = PostgresServer::start() else {
+        return;
+    };
+    let log = Log::default();
+    let gate = start_postgres_gate(&server.params(), TASKS, TASKS, &log);
+    // Two kinds of tokio runtime at once: the program's own, whose tasks await the green
+    // threads, and each greenweave worker's, which runs the green threads' futures.
+    let background = Arc::new(
+        greenweave::Runtime::builder()
+            .workers(2)
+            .build()
+            .unwrap()
+            .start()
+            .unwrap(),
+    );
+    let program = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let done = Arc::new(AtomicBool::new(false));
+    program.block_on(async {
+        // The program's heartbeat: its threads stay free while every task awaits.
+        let heartbeat = tokio::spawn({
+            let (log, done) = (log.clone(), done.clone());
+            async move {
+                while !done.load(Ordering::Acquire) {
+                    log.push(Event::Tick);
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            }
+        });
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|id| {
+                let (background, params, log) = (background.clone(), server.params(), log.clone());
+                tokio::spawn(async move {
+                    let value = background
+                        .spawn(move || {
+                            log.push(Event::Start(id));
+                            let value = greenweave::block_on(async {
+                                let (client, connection) =
+                                    tokio_postgres::connect(&params, tokio_postgres::NoTls)
+                                        .await
+                                        .unwrap();
+                                tokio::spawn(connection);
+                                client
+                                    .execute("SELECT pg_advisory_lock_shared($1)", &[&GATE])
+                                    .await
+                                    .unwrap();
+                                let row = client
+                                    .query_one("SELECT $1::int * 1000 + 7", &[&(id as i32)])
+                                    .await
+                                    .unwrap();
+                                row.get::<_, i32>(0)
+                            });
+                            log.push(Event::Finish(id));
+                            value
+                        })
+                        .await
+                        .unwrap();
+                    assert_eq!(value, id as i32 * 1000 + 7);
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.unwrap();
+        }
+        done.store(true, Ordering::Release);
+        heartbeat.await.unwrap();
+    });
+    Arc::into_inner(background)
+        .expect("every task has dropped its handle on the runtime")
+        .shutdown();
+    join_gate(gate);
+    assert_all_started_then_a_tick_then_all_finished(&log.events(), TASKS);
 }
 
 /// The body the green HTTP server answers `path` with.
