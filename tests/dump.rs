@@ -749,3 +749,133 @@ fn a_green_thread_in_thread_park_is_listed_as_parked_in_park() {
         parked.join().unwrap();
     });
 }
+
+/// Spins in user space, never parking and making no system call, until `stop` is set: the
+/// worker it runs on cannot answer a dump meanwhile.
+#[inline(never)]
+fn spins_until(stop: &std::sync::atomic::AtomicBool, started: &std::sync::atomic::AtomicBool) {
+    started.store(true, std::sync::atomic::Ordering::Release);
+    while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        std::hint::spin_loop();
+    }
+    stays_in_the_backtrace(15);
+}
+
+#[test]
+fn a_dump_on_a_signal_comes_out_while_a_worker_spins_naming_it_and_what_its_thread_does() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let outcome = run_in_child(
+        "a_dump_on_a_signal_comes_out_while_a_worker_spins_naming_it_and_what_its_thread_does",
+        || {
+            // The dump goes to stderr: catch it through a pipe on fd 2, read by a plain OS
+            // thread (the only worker is the one that spins).
+            let mut fds = [0; 2];
+            // SAFETY: plain descriptor calls on descriptors this test owns.
+            let saved = unsafe {
+                assert_eq!(libc::pipe(fds.as_mut_ptr()), 0);
+                let saved = libc::dup(2);
+                assert_eq!(libc::dup2(fds[1], 2), 2);
+                libc::close(fds[1]);
+                saved
+            };
+            // SAFETY: the read end is ours, owned by the File from here on.
+            let mut pipe =
+                unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[0]) };
+            let stop = Arc::new(AtomicBool::new(false));
+            let started = Arc::new(AtomicBool::new(false));
+            let reader = {
+                let (stop, started) = (stop.clone(), started.clone());
+                std::thread::spawn(move || {
+                    while !started.load(Ordering::Acquire) {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    // SAFETY: kill(2) on this process, with the signal the runtime catches.
+                    assert_eq!(unsafe { libc::kill(libc::getpid(), libc::SIGQUIT) }, 0);
+                    let mut text = String::new();
+                    let mut buffer = [0u8; 4096];
+                    while !text.contains(END) {
+                        let read = pipe.read(&mut buffer).unwrap();
+                        assert!(read > 0, "stderr closed before the dump ended: {text}");
+                        text.push_str(&String::from_utf8_lossy(&buffer[..read]));
+                    }
+                    stop.store(true, Ordering::Relaxed);
+                    text
+                })
+            };
+            let runtime = Runtime::builder()
+                .dump_on_signal(libc::SIGQUIT)
+                .build()
+                .unwrap();
+            runtime.run(|| spins_until(&stop, &started));
+            let captured = reader.join().unwrap();
+            // SAFETY: puts the saved stderr back.
+            unsafe {
+                libc::dup2(saved, 2);
+                libc::close(saved);
+            }
+            println!("{captured}");
+            std::process::exit(0);
+        },
+    );
+    assert!(outcome.status.success(), "{}", outcome.describe());
+    // The worker is named, with its OS thread, and what that thread does: no system call,
+    // running its own code; and, since the runtime owns a signal to ask it with, where: in the
+    // spinner (or, in a build that does not inline, a function it calls).
+    let line = outcome
+        .stdout
+        .lines()
+        .find(|line| line.starts_with("worker 0 did not answer within"))
+        .unwrap_or_else(|| panic!("no line names worker 0\n{}", outcome.describe()));
+    assert!(
+        line.contains("its OS thread (tid ")
+            && line.contains("is running its own code in user space, in no system call, at 0x"),
+        "{line}"
+    );
+    assert!(
+        ["spins_until", "core::sync::atomic", "spin_loop"]
+            .iter()
+            .any(|function| line.contains(function)),
+        "the line should name the spinner's function\n{line}"
+    );
+}
+
+#[test]
+fn a_dump_from_another_worker_names_a_spinning_worker_and_what_its_thread_does() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let outcome = run_in_child(
+        "a_dump_from_another_worker_names_a_spinning_worker_and_what_its_thread_does",
+        || {
+            let runtime = Runtime::builder().workers(2).build().unwrap();
+            let text = runtime.run(|| {
+                let stop = Arc::new(AtomicBool::new(false));
+                let started = Arc::new(AtomicBool::new(false));
+                let spinner = {
+                    let (stop, started) = (stop.clone(), started.clone());
+                    thread::spawn_on(1, move || spins_until(&stop, &started))
+                };
+                while !started.load(Ordering::Acquire) {
+                    thread::sleep(Duration::from_millis(1));
+                }
+                let dump = greenweave::runtime::dump();
+                stop.store(true, Ordering::Relaxed);
+                spinner.join().unwrap();
+                assert_eq!(dump.unanswered_workers(), [1], "{dump}");
+                dump.to_string()
+            });
+            println!("{text}");
+            std::process::exit(0);
+        },
+    );
+    assert!(outcome.status.success(), "{}", outcome.describe());
+    // No signal of greenweave's to ask the thread with: what it does, not where.
+    let line = outcome
+        .stdout
+        .lines()
+        .find(|line| line.starts_with("worker 1 did not answer within"))
+        .unwrap_or_else(|| panic!("no line names worker 1\n{}", outcome.describe()));
+    assert!(
+        line.contains("its OS thread (tid ")
+            && line.ends_with("is running its own code in user space, in no system call"),
+        "{line}"
+    );
+}

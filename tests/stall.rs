@@ -342,9 +342,9 @@ fn a_green_thread_in_a_call_the_hooks_do_not_cover_is_reported_in_that_call() {
 }
 
 #[test]
-fn a_green_thread_spinning_in_its_own_code_is_reported_as_computing() {
+fn a_green_thread_spinning_in_its_own_code_is_reported_as_running_it() {
     let outcome = run_in_child(
-        "a_green_thread_spinning_in_its_own_code_is_reported_as_computing",
+        "a_green_thread_spinning_in_its_own_code_is_reported_as_running_it",
         || {
             run_and_exit(Some(Duration::from_millis(50)), || {
                 let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -374,12 +374,73 @@ fn a_green_thread_spinning_in_its_own_code_is_reported_as_computing() {
             "greenweave: green thread 'spinner' (id 2) has held its OS thread for at least"
         ) && outcome
             .stderr
-            .contains("without parking, computing (running its own code, in no system call)")
+            .contains("without parking, running its own code in user space, in no system call;")
             && outcome.stderr.contains("greenweave::thread::yield_now"),
         "the report should say the green thread computes\n{}",
         outcome.describe()
     );
     assert_eq!(report_lines(&outcome), 1, "{}", outcome.describe());
+}
+
+/// Spins until `done` is set, in no system call; never inlined, so its name is the one the
+/// report finds at the sampled program counter (or a function it calls, in a debug build).
+#[inline(never)]
+fn spins_in_its_own_function(done: &std::sync::atomic::AtomicBool) {
+    while !done.load(std::sync::atomic::Ordering::Acquire) {
+        std::hint::spin_loop();
+    }
+}
+
+#[test]
+fn with_a_dump_signal_a_spinning_green_thread_is_reported_with_where_it_runs() {
+    let outcome = run_in_child(
+        "with_a_dump_signal_a_spinning_green_thread_is_reported_with_where_it_runs",
+        || {
+            // The dump's signal is greenweave's own: the report may ask the thread with it.
+            let runtime = Runtime::builder()
+                .stall_report(Duration::from_millis(50))
+                .dump_on_signal(libc::SIGUSR2)
+                .build()
+                .expect("a runtime");
+            runtime.run(|| {
+                let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let set = done.clone();
+                let timer = std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(500));
+                    set.store(true, std::sync::atomic::Ordering::Release);
+                });
+                let spinner = greenweave::thread::Builder::new()
+                    .name("spinner".into())
+                    .spawn(move || spins_in_its_own_function(&done))
+                    .expect("a green thread");
+                spinner.join().unwrap();
+                timer.join().unwrap();
+            });
+            std::process::exit(0);
+        },
+    );
+    assert_exited_cleanly(&outcome);
+    let line = outcome
+        .stderr
+        .lines()
+        .find(|line| line.contains("has held its OS thread for at least"))
+        .unwrap_or_else(|| panic!("no stall report\n{}", outcome.describe()));
+    assert!(
+        line.contains(
+            "without parking, running its own code in user space, in no system call, at 0x"
+        ),
+        "the report should give the program counter\n{line}"
+    );
+    assert!(
+        [
+            "spins_in_its_own_function",
+            "core::sync::atomic",
+            "spin_loop"
+        ]
+        .iter()
+        .any(|function| line.contains(function)),
+        "the report should name the spinner's function\n{line}"
+    );
 }
 
 #[test]

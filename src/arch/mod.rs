@@ -293,6 +293,16 @@ pub(crate) fn current_stack_pointer() -> usize {
     imp::current_stack_pointer()
 }
 
+/// The user-space program counter of the code a signal interrupted, read from the context the
+/// kernel passed the handler (its third argument, with `SA_SIGINFO`).
+///
+/// # Safety
+/// `context` must be the `ucontext_t` the kernel passed the running signal handler.
+pub(crate) unsafe fn interrupted_program_counter(context: *const libc::ucontext_t) -> usize {
+    // SAFETY: the caller passes the handler's own context.
+    unsafe { imp::interrupted_program_counter(context) }
+}
+
 /// The addresses of this OS thread's static TLS block for the executable, whose `PT_TLS`
 /// segment is `size` bytes aligned to `align`: where every `thread_local!` of the crates linked
 /// into it lives (widened a little, within thread-local memory; see each architecture).

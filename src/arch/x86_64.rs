@@ -179,6 +179,15 @@ pub(super) unsafe fn init_stack(top: *mut u8, entry: EntryFn, arg: usize) -> *mu
     }
 }
 
+/// The interrupted rip, saved in `gregs[REG_RIP]`.
+///
+/// # Safety
+/// `context` is the `ucontext_t` the kernel passed the running signal handler.
+pub(super) unsafe fn interrupted_program_counter(context: *const libc::ucontext_t) -> usize {
+    // SAFETY: the kernel's context for this handler, valid while it runs.
+    unsafe { (*context).uc_mcontext.gregs[libc::REG_RIP as usize] as usize }
+}
+
 #[inline(always)]
 pub(super) fn current_stack_pointer() -> usize {
     let sp: usize;

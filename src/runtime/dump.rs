@@ -10,8 +10,11 @@
 //! How a dump is taken. A worker's tasks are `!Send`, so each worker produces its own part: the
 //! dumper sends every worker (its own included) a job through the worker's remote queue, which
 //! the worker runs on its scheduler (not on a green thread) at its next poll, and waits for the
-//! answers, at most [`ANSWER_WAIT`]: a worker stuck in a long stall answers late, and is named
-//! in the dump as not having answered. A green thread that dumps parks meanwhile (the wait is
+//! answers. A worker begins its answer at its next poll; one that has not begun within
+//! [`BEGIN_WAIT`] is stuck (a green thread that does not park holds its OS thread) and is left
+//! out, named in the dump with what its OS thread is doing (`sys::os_thread`: the system call
+//! it is blocked in, or its program counter and function when it runs its own code); one that
+//! has begun is waited for up to [`ANSWER_WAIT`]. A green thread that dumps parks meanwhile (the wait is
 //! lent to an `unblock` helper thread), so its own worker can answer and its own stack is
 //! walked like any other; an OS thread outside the runtime (the signal's watcher) simply waits.
 //! The part is read from what every park already records (`Task::waiting`, and
@@ -26,8 +29,9 @@
 //! suspended stack and down to its root, without resuming it or writing to it. Symbols are
 //! resolved later, on the dumper's side, when the dump is displayed.
 //!
-//! May not: touch a task off its worker, resume or change a suspended stack, or do more than
-//! write one byte in the signal handler (everything else happens on the watcher thread).
+//! May not: touch a task off its worker, resume or change a suspended stack, or do more in the
+//! signal handler than write one byte (everything else happens on the watcher thread) or
+//! answer a program-counter sample (`os_thread::answer_sample`: two stores).
 
 use std::backtrace::Backtrace;
 use std::collections::HashMap;
@@ -42,8 +46,14 @@ use super::reactor::Interest;
 use super::scheduler::{self, Scheduler};
 use super::task::{SelectWait, Task, TaskState, Wait};
 use super::workers::Pool;
+use crate::sys::os_thread::{self, Numbering, ThreadState};
 
-/// How long a dump waits for each worker's part (all of them at once).
+/// How long a dump waits for a worker to begin its part (all of them at once): a worker runs
+/// the dump's job at its next poll, which only a green thread that holds its OS thread without
+/// parking for this long delays.
+pub(crate) const BEGIN_WAIT: Duration = Duration::from_secs(2);
+
+/// How long a dump waits for the parts of the workers that have begun theirs (all at once).
 pub(crate) const ANSWER_WAIT: Duration = Duration::from_secs(10);
 
 /// Takes a dump of every green thread of the calling green thread's runtime, on every worker,
@@ -53,8 +63,9 @@ pub(crate) const ANSWER_WAIT: Duration = Duration::from_secs(10);
 /// answers as soon as it has nothing else to run), and appears in the dump parked in
 /// `unblock`, with [`Dump::taken_by`] naming it. Each worker stops for the time it takes to
 /// list its green threads and unwind their stacks; symbols are resolved only when the dump is
-/// displayed or its frames are read. A worker that does not answer within 10 seconds (stuck
-/// in a long stall) is left out and named by [`Dump::unanswered_workers`].
+/// displayed or its frames are read. A worker that has not begun to answer within 2 seconds
+/// (a green thread holds its OS thread without parking) is left out and named by
+/// [`Dump::unanswered_workers`]; the dump's text says what its OS thread is doing.
 ///
 /// # Panics
 /// Outside a green thread.
@@ -116,30 +127,34 @@ fn dump_from_green_thread(backtraces: bool) -> Dump {
             scheduler.current_task_key().id,
         )
     });
-    let (answers, expected) = ask_workers(&pool, backtraces);
-    let mut dump = crate::unblock(move || collect_answers(answers, expected));
+    let answers = ask_workers(&pool, backtraces);
+    let mut dump = crate::unblock(move || collect_answers(&pool, answers));
     dump.taken_by = Some(me);
     dump
 }
 
 /// Takes a dump of `pool`'s runtime from an OS thread that is not one of its workers.
 fn dump_from_outside(pool: &Arc<Pool>, backtraces: bool) -> Dump {
-    let (answers, expected) = ask_workers(pool, backtraces);
-    collect_answers(answers, expected)
+    let answers = ask_workers(pool, backtraces);
+    collect_answers(pool, answers)
 }
 
-type Answer = (usize, Vec<GreenThread>);
+/// What a worker sends the dumper: that it has begun its part, then the part.
+enum Answer {
+    Begun(usize),
+    Part(usize, Vec<GreenThread>),
+}
 
 /// Sends every worker of `pool` the job that lists its green threads; returns where the
-/// answers arrive and how many workers there are.
-fn ask_workers(pool: &Arc<Pool>, backtraces: bool) -> (mpsc::Receiver<Answer>, usize) {
+/// answers arrive.
+fn ask_workers(pool: &Arc<Pool>, backtraces: bool) -> mpsc::Receiver<Answer> {
     let (sender, answers) = mpsc::channel();
     for index in 0..pool.len() {
         // A worker that has ended drops the job unrun, and with it the sender: it is then
         // reported as not having answered.
         let _ = pool.submit(index, part_job(index, sender.clone(), backtraces));
     }
-    (answers, pool.len())
+    answers
 }
 
 /// The job that sends worker `index`'s part to `sender`.
@@ -153,26 +168,43 @@ fn part_job(index: usize, sender: mpsc::Sender<Answer>, backtraces: bool) -> sup
             let _ = pool.submit(index, part_job(index, sender, backtraces));
             return;
         }
-        let _ = sender.send((index, worker_part(scheduler, backtraces)));
+        let _ = sender.send(Answer::Begun(index));
+        let _ = sender.send(Answer::Part(index, worker_part(scheduler, backtraces)));
     })
 }
 
-/// Waits at most [`ANSWER_WAIT`] for the parts of `expected` workers and puts them together.
-fn collect_answers(answers: mpsc::Receiver<Answer>, expected: usize) -> Dump {
-    let deadline = Instant::now() + ANSWER_WAIT;
+/// Collects the parts of `pool`'s workers and puts them together: waits [`BEGIN_WAIT`] for
+/// each worker to begin, and [`ANSWER_WAIT`] for those that began to end; then says what the
+/// OS thread of each worker that did not answer is doing.
+fn collect_answers(pool: &Pool, answers: mpsc::Receiver<Answer>) -> Dump {
+    let expected = pool.len();
+    let start = Instant::now();
     let mut parts: Vec<Option<Vec<GreenThread>>> = (0..expected).map(|_| None).collect();
+    let mut begun = vec![false; expected];
     let mut received = 0;
     while received < expected {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match answers.recv_timeout(left) {
-            Ok((index, part)) => {
+        let waiting_on_begun = (0..expected).any(|i| begun[i] && parts[i].is_none());
+        let deadline = start
+            + if waiting_on_begun {
+                ANSWER_WAIT
+            } else {
+                BEGIN_WAIT
+            };
+        match answers.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(Answer::Begun(index)) => begun[index] = true,
+            Ok(Answer::Part(index, part)) => {
                 parts[index] = Some(part);
                 received += 1;
             }
             Err(_) => break,
         }
     }
-    let unanswered = (0..expected).filter(|&i| parts[i].is_none()).collect();
+    let waited = start.elapsed();
+    let unanswered: Vec<usize> = (0..expected).filter(|&i| parts[i].is_none()).collect();
+    let unanswered_states = unanswered
+        .iter()
+        .map(|&worker| UnansweredWorker::now(pool, worker, begun[worker], waited))
+        .collect();
     let mut parts = parts.into_iter().flatten();
     // The first part is kept, the others moved into it (one worker: no copy at all).
     let mut threads = parts.next().unwrap_or_default();
@@ -187,6 +219,7 @@ fn collect_answers(answers: mpsc::Receiver<Answer>, expected: usize) -> Dump {
         workers: expected,
         threads,
         unanswered,
+        unanswered_states,
         cycles,
         taken_by: None,
     }
@@ -310,8 +343,66 @@ pub struct Dump {
     workers: usize,
     threads: Vec<GreenThread>,
     unanswered: Vec<usize>,
+    /// For each of `unanswered`, in the same order: what its OS thread was doing.
+    unanswered_states: Vec<UnansweredWorker>,
     cycles: Vec<Vec<u64>>,
     taken_by: Option<u64>,
+}
+
+/// A worker that did not answer a dump, and what its OS thread was doing then.
+#[derive(Debug)]
+struct UnansweredWorker {
+    worker: usize,
+    /// Its OS thread's kernel id (`None`: the thread had not started, or the worker ended).
+    tid: Option<libc::pid_t>,
+    /// How long the dump waited for it.
+    waited: Duration,
+    /// Whether it had begun its part (it was walking stacks when the dump gave up).
+    begun: bool,
+    /// What its OS thread was doing, for people.
+    doing: String,
+}
+
+impl UnansweredWorker {
+    /// Looks at worker `worker` of `pool` now. On an OS thread that is no green thread.
+    fn now(pool: &Pool, worker: usize, begun: bool, waited: Duration) -> UnansweredWorker {
+        let tid = pool.thread_id(worker);
+        let doing = match tid {
+            Some(tid) => ThreadState::of_thread(tid, Numbering::of_this_process()).describe(tid),
+            None => "not running (its OS thread has not started, or has ended)".to_owned(),
+        };
+        UnansweredWorker {
+            worker,
+            tid,
+            waited,
+            begun,
+            doing,
+        }
+    }
+}
+
+impl fmt::Display for UnansweredWorker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "worker {} did not answer within {}, so its green threads are missing",
+            self.worker,
+            human(self.waited)
+        )?;
+        if self.begun {
+            write!(f, " (it had begun listing them)")?;
+        } else {
+            write!(
+                f,
+                " (a green thread holds its OS thread without parking; the stall report, \
+                 Builder::stall_report, names it)"
+            )?;
+        }
+        match self.tid {
+            Some(tid) => write!(f, ": its OS thread (tid {tid}) is {}", self.doing),
+            None => write!(f, ": its OS thread is {}", self.doing),
+        }
+    }
 }
 
 /// One green thread in a [`Dump`].
@@ -1011,7 +1102,8 @@ impl Dump {
             .map(|index| &self.threads[index])
     }
 
-    /// The dump as one JSON object: `workers`, `unanswered_workers`, `taken_by`,
+    /// The dump as one JSON object: `workers`, `unanswered_workers`, `unanswered` (for each
+    /// of those: `worker`, `tid`, `waited_ms`, `doing`: what its OS thread was doing), `taken_by`,
     /// `green_threads` (each with `id`, `name`, `worker`, `state`, `parent`, `wait` (`kind`,
     /// `description` and the kind's own fields: `fd` and `interest`; `joins`; `lock`,
     /// `address` and `holder`; `primitive` and `address` (a channel, condvar, event...);
@@ -1033,6 +1125,16 @@ impl Dump {
         );
         join(&mut out, &self.unanswered, |out, worker| {
             let _ = write!(out, "{worker}");
+        });
+        out.push_str("],\"unanswered\":[");
+        join(&mut out, &self.unanswered_states, |out, unanswered| {
+            let _ = write!(out, "{{\"worker\":{},\"tid\":", unanswered.worker);
+            json_option(out, unanswered.tid.map(|tid| tid as u64));
+            out.push_str(",\"waited_ms\":");
+            json_millis(out, Some(unanswered.waited));
+            out.push_str(",\"doing\":");
+            json_string(out, &unanswered.doing);
+            out.push('}');
         });
         out.push_str("],\"taken_by\":");
         json_option(&mut out, self.taken_by);
@@ -1202,14 +1304,8 @@ impl fmt::Display for Dump {
             count(GreenThreadState::Ready),
             count(GreenThreadState::Parked),
         )?;
-        if !self.unanswered.is_empty() {
-            writeln!(
-                f,
-                "workers {:?} did not answer within {} s (each stuck in a green thread that \
-                 does not park); their green threads are missing",
-                self.unanswered,
-                ANSWER_WAIT.as_secs()
-            )?;
+        for unanswered in &self.unanswered_states {
+            writeln!(f, "{unanswered}")?;
         }
         for thread in &self.threads {
             writeln!(f)?;
@@ -1525,24 +1621,34 @@ fn start_watcher() -> io::Result<()> {
         })
 }
 
+/// Installs the handler for `signal`, which from then on also carries `os_thread`'s program
+/// counter samples (the dump of a worker that runs its own code says where).
 fn install_handler(signal: i32) -> io::Result<()> {
+    type Handler = extern "C" fn(i32, *mut libc::siginfo_t, *mut libc::c_void);
+    let handler = on_signal as Handler as usize;
     // SAFETY: a zeroed sigaction is a valid start; the handler is async-signal-safe (one
-    // write(2), errno saved and restored); SA_RESTART keeps the program's blocking calls from
-    // failing with EINTR because of the signal.
+    // write(2), errno saved and restored, or a sample's two stores); SA_RESTART keeps the
+    // program's blocking calls from failing with EINTR because of the signal.
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = on_signal as extern "C" fn(i32) as usize;
-        action.sa_flags = libc::SA_RESTART;
+        action.sa_sigaction = handler;
+        action.sa_flags = libc::SA_RESTART | libc::SA_SIGINFO;
         libc::sigemptyset(&mut action.sa_mask);
         if libc::sigaction(signal, &action, std::ptr::null_mut()) != 0 {
             return Err(io::Error::last_os_error());
         }
     }
+    os_thread::sample_with(signal, handler);
     Ok(())
 }
 
-/// The signal handler: one byte down the pipe, nothing else (async-signal-safe).
-extern "C" fn on_signal(signal: i32) {
+/// The signal handler: a program-counter sample's answer, or else one byte down the pipe;
+/// nothing else (async-signal-safe).
+extern "C" fn on_signal(signal: i32, info: *mut libc::siginfo_t, context: *mut libc::c_void) {
+    // SAFETY: the kernel's own arguments to this SA_SIGINFO handler.
+    if unsafe { os_thread::answer_sample(info, context) } {
+        return;
+    }
     let fd = SIGNAL_PIPE.load(Ordering::Acquire);
     if fd < 0 {
         return;

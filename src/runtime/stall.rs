@@ -30,15 +30,12 @@
 //! the stuck thread may hold.
 //!
 //! What the stuck OS thread is doing. The runtime's thread publishes its kernel thread id when
-//! the watch starts; when the watchdog reports a stall it reads that thread's
-//! `/proc/self/task/<tid>/syscall` (proc(5)) and names the system call the thread sits in
-//! (`futex`, `read`, ... from the `libc::SYS_*` numbers of the architecture built for, else
-//! `system call 123`), or says it is computing (`running`: user code). The numbers are checked
-//! once per watchdog against its own read of the same kind of file, which must show `read`:
-//! under qemu-user the file is the host kernel's, numbered as the host's architecture numbers
-//! its calls, and the report then says only that the thread is in a system call. A file that
-//! cannot be read (no `/proc`, a kernel without it) leaves the state unknown, said so in
-//! the line; nothing fails.
+//! the watch starts; when the watchdog reports a stall it asks `sys::os_thread` what that
+//! thread is doing: the system call it sits in (from `/proc/self/task/<tid>/syscall`), or that
+//! it runs its own code, and then, when the process has a dump signal, where (its program
+//! counter and the function there). Under qemu-user the file's numbers are the host's, and the
+//! line says only that the thread is in a system call. A file that cannot be read (no
+//! `/proc`) leaves the state unknown, said so in the line; nothing fails.
 
 use std::backtrace::Backtrace;
 use std::cell::Cell;
@@ -50,6 +47,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::task::Task;
+use crate::sys::os_thread::{Activity, Numbering, ThreadState};
 
 /// The environment variable that sets the threshold, in milliseconds, when a runtime starts
 /// (`0` turns the report off); it takes precedence over `Builder::stall_report`.
@@ -292,9 +290,6 @@ fn watch(shared: &Shared) {
     // The switch seen running at the last look, and when it was first seen.
     let mut seen: Option<(u64, Instant)> = None;
     let mut reported = 0;
-    // Whether /proc numbers system calls as this architecture does: checked at the first
-    // report.
-    let mut numbering: Option<Numbering> = None;
     loop {
         {
             let stop = shared.stop.lock().unwrap_or_else(PoisonError::into_inner);
@@ -315,8 +310,7 @@ fn watch(shared: &Shared) {
             Some((seen_switch, since)) if seen_switch == switch => {
                 if switch != reported && now.duration_since(since) >= shared.threshold {
                     reported = switch;
-                    let numbering = *numbering.get_or_insert_with(Numbering::check);
-                    report_stall(shared, switch, id, since, now, numbering);
+                    report_stall(shared, switch, id, since, now);
                 }
             }
             _ => seen = Some((switch, now)),
@@ -343,14 +337,7 @@ fn read_running(shared: &Shared) -> Option<(u64, u64)> {
 /// that lock (it may even be what it is stuck in), and the runtime joins this thread when it
 /// ends. If the green thread parks between the look that found the stall and the mark, the
 /// line about its end is not printed.
-fn report_stall(
-    shared: &Shared,
-    switch: u64,
-    id: u64,
-    since: Instant,
-    now: Instant,
-    numbering: Numbering,
-) {
+fn report_stall(shared: &Shared, switch: u64, id: u64, since: Instant, now: Instant) {
     // As `Task::describe` names a green thread.
     let name = if id & NAMED == 0 {
         format!("<unnamed> (id {id})")
@@ -364,13 +351,13 @@ fn report_stall(
         }
         format!("'{}' (id {id})", published.name)
     };
-    let activity = Activity::of_thread(shared.tid, numbering);
+    let state = ThreadState::of_thread(shared.tid, Numbering::of_this_process());
     let line = format!(
         "greenweave: green thread {name} has held its OS thread for at least {} without \
          parking, {}; it is holding up every green thread on this OS thread ({})\n",
         Lasting(now.duration_since(since)),
-        activity.describe(shared.tid),
-        activity.advice(),
+        state.describe(shared.tid),
+        advice(state.activity),
     );
     write_to_stderr(line.as_bytes());
     let since_epoch = since.saturating_duration_since(shared.epoch).as_nanos();
@@ -396,188 +383,37 @@ impl std::fmt::Display for Lasting {
     }
 }
 
-/// Whether `/proc/self/task/<tid>/syscall` numbers system calls as the architecture this was
-/// built for does.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Numbering {
-    /// It does (a native run): a number names a call through `libc::SYS_*`.
-    Native,
-    /// It does not: the file is another kernel's idea, as under qemu-user, where it shows the
-    /// host's numbers for the host call that qemu makes.
-    Foreign,
-    /// The file cannot be read on this system.
-    Unreadable,
-}
-
-impl Numbering {
-    /// Reads the calling thread's own file: the call in progress is the `read(2)` of it, so
-    /// the number shown must be `SYS_read` if the numbers are this architecture's.
-    fn check() -> Numbering {
-        // SAFETY: gettid(2) has no preconditions and cannot fail.
-        let own = unsafe { libc::gettid() };
-        match read_syscall_file(own) {
-            Some(Activity::Syscall(number)) if number == libc::SYS_read => Numbering::Native,
-            Some(_) => Numbering::Foreign,
-            None => Numbering::Unreadable,
+/// The end of the report's line: what usually causes this, and what parks instead.
+fn advice(activity: Activity) -> &'static str {
+    match activity {
+        Activity::Syscall(libc::SYS_futex) => {
+            "a std::sync lock or channel, or a raw futex wait: greenweave::sync parks \
+             instead, greenweave::unblock runs a blocking call on a helper thread"
+        }
+        Activity::Syscall(libc::SYS_nanosleep | libc::SYS_clock_nanosleep) => {
+            "a sleep of the OS thread: greenweave::thread::sleep parks instead"
+        }
+        Activity::Computing => {
+            "a CPU-bound loop: call greenweave::thread::yield_now in it, or run it with \
+             greenweave::unblock"
+        }
+        Activity::Syscall(_) if cfg!(feature = "hooks") => {
+            "file I/O, a blocking socket or another blocking call the hooks do not cover: \
+             greenweave::unblock runs it on a helper thread, greenweave::net parks"
+        }
+        Activity::Syscall(_) => {
+            "file I/O, a blocking socket or another blocking call: greenweave::unblock \
+             runs it on a helper thread, greenweave::net parks, the hooks feature makes \
+             common ones park"
+        }
+        // What the call is, is not known.
+        Activity::ForeignSyscall | Activity::BlockedOutsideSyscall | Activity::Unknown => {
+            "a std::sync lock, file I/O, a blocking socket, a sleep of the OS thread or a \
+             CPU-bound loop: greenweave::sync, greenweave::net and \
+             greenweave::thread::sleep park instead, greenweave::unblock runs a blocking \
+             call on a helper thread"
         }
     }
-}
-
-/// What an OS thread is doing, as its `/proc/self/task/<tid>/syscall` says (proc(5)).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Activity {
-    /// Blocked in the system call of this number (this architecture's numbering).
-    Syscall(libc::c_long),
-    /// Blocked in a system call whose number is not this architecture's (see `Numbering`).
-    ForeignSyscall,
-    /// Running user code (`running`): computing.
-    Computing,
-    /// Blocked in the kernel, but not in a system call (`-1`: a page fault, for one).
-    BlockedOutsideSyscall,
-    /// The file could not be read, or said something else.
-    Unknown,
-}
-
-impl Activity {
-    /// What thread `tid` is doing now, its call named only if `numbering` allows.
-    fn of_thread(tid: libc::pid_t, numbering: Numbering) -> Activity {
-        match (read_syscall_file(tid), numbering) {
-            (None, _) | (_, Numbering::Unreadable) => Activity::Unknown,
-            (Some(Activity::Syscall(_)), Numbering::Foreign) => Activity::ForeignSyscall,
-            (Some(activity), _) => activity,
-        }
-    }
-
-    /// The file's text (its first field: a number, `-1` or `running`) as an activity.
-    fn parse(text: &str) -> Activity {
-        let first = text.split_ascii_whitespace().next().unwrap_or("");
-        if first == "running" {
-            return Activity::Computing;
-        }
-        match first.parse::<libc::c_long>() {
-            Ok(-1) => Activity::BlockedOutsideSyscall,
-            Ok(number) if number >= 0 => Activity::Syscall(number),
-            _ => Activity::Unknown,
-        }
-    }
-
-    /// The middle of the report's line: what the OS thread is doing.
-    fn describe(self, tid: libc::pid_t) -> String {
-        match self {
-            Activity::Syscall(number) => match syscall_name(number) {
-                Some(name) => format!("blocked in the system call {name}"),
-                None => format!("blocked in system call {number}"),
-            },
-            Activity::ForeignSyscall => "blocked in a system call (which one is unknown: \
-                                         /proc numbers system calls as another architecture \
-                                         does, as under qemu-user)"
-                .to_owned(),
-            Activity::Computing => "computing (running its own code, in no system call)".into(),
-            Activity::BlockedOutsideSyscall => {
-                "blocked in the kernel outside a system call (a page fault, for one)".into()
-            }
-            Activity::Unknown => {
-                format!("doing what /proc/self/task/{tid}/syscall could not tell")
-            }
-        }
-    }
-
-    /// The end of the report's line: what usually causes this, and what parks instead.
-    fn advice(self) -> &'static str {
-        match self {
-            Activity::Syscall(libc::SYS_futex) => {
-                "a std::sync lock or channel, or a raw futex wait: greenweave::sync parks \
-                 instead, greenweave::unblock runs a blocking call on a helper thread"
-            }
-            Activity::Syscall(libc::SYS_nanosleep | libc::SYS_clock_nanosleep) => {
-                "a sleep of the OS thread: greenweave::thread::sleep parks instead"
-            }
-            Activity::Computing => {
-                "a CPU-bound loop: call greenweave::thread::yield_now in it, or run it with \
-                 greenweave::unblock"
-            }
-            Activity::Syscall(_) if cfg!(feature = "hooks") => {
-                "file I/O, a blocking socket or another blocking call the hooks do not cover: \
-                 greenweave::unblock runs it on a helper thread, greenweave::net parks"
-            }
-            Activity::Syscall(_) => {
-                "file I/O, a blocking socket or another blocking call: greenweave::unblock \
-                 runs it on a helper thread, greenweave::net parks, the hooks feature makes \
-                 common ones park"
-            }
-            // What the call is, is not known.
-            Activity::ForeignSyscall | Activity::BlockedOutsideSyscall | Activity::Unknown => {
-                "a std::sync lock, file I/O, a blocking socket, a sleep of the OS thread or a \
-                 CPU-bound loop: greenweave::sync, greenweave::net and \
-                 greenweave::thread::sleep park instead, greenweave::unblock runs a blocking \
-                 call on a helper thread"
-            }
-        }
-    }
-}
-
-/// Reads `/proc/self/task/<tid>/syscall`; `None` if it cannot be read. The file is read with
-/// plain `read(2)` calls (on this thread, which is no green thread: the hooks, if linked, pass
-/// them through).
-fn read_syscall_file(tid: libc::pid_t) -> Option<Activity> {
-    std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
-        .ok()
-        .map(|text| Activity::parse(&text))
-}
-
-/// The name of system call `number` for the common blocking ones (this architecture's
-/// numbering, through `libc::SYS_*`); `None` for the rest. x86_64 keeps older calls that
-/// aarch64 never had (`poll`, `epoll_wait`, `open`, ...).
-fn syscall_name(number: libc::c_long) -> Option<&'static str> {
-    Some(match number {
-        libc::SYS_futex => "futex",
-        libc::SYS_read => "read",
-        libc::SYS_write => "write",
-        libc::SYS_readv => "readv",
-        libc::SYS_writev => "writev",
-        libc::SYS_pread64 => "pread64",
-        libc::SYS_pwrite64 => "pwrite64",
-        libc::SYS_openat => "openat",
-        libc::SYS_close => "close",
-        libc::SYS_fsync => "fsync",
-        libc::SYS_fdatasync => "fdatasync",
-        libc::SYS_flock => "flock",
-        libc::SYS_fcntl => "fcntl",
-        libc::SYS_ioctl => "ioctl",
-        libc::SYS_epoll_pwait => "epoll_pwait",
-        libc::SYS_epoll_pwait2 => "epoll_pwait2",
-        libc::SYS_ppoll => "ppoll",
-        libc::SYS_pselect6 => "pselect6",
-        libc::SYS_nanosleep => "nanosleep",
-        libc::SYS_clock_nanosleep => "clock_nanosleep",
-        libc::SYS_recvfrom => "recvfrom",
-        libc::SYS_recvmsg => "recvmsg",
-        libc::SYS_sendto => "sendto",
-        libc::SYS_sendmsg => "sendmsg",
-        libc::SYS_accept => "accept",
-        libc::SYS_accept4 => "accept4",
-        libc::SYS_connect => "connect",
-        libc::SYS_wait4 => "wait4",
-        libc::SYS_waitid => "waitid",
-        libc::SYS_io_uring_enter => "io_uring_enter",
-        libc::SYS_msync => "msync",
-        libc::SYS_sendfile => "sendfile",
-        libc::SYS_sched_yield => "sched_yield",
-        libc::SYS_getrandom => "getrandom",
-        libc::SYS_rt_sigtimedwait => "rt_sigtimedwait",
-        libc::SYS_rt_sigsuspend => "rt_sigsuspend",
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_epoll_wait => "epoll_wait",
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_poll => "poll",
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_select => "select",
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_open => "open",
-        #[cfg(target_arch = "x86_64")]
-        libc::SYS_pause => "pause",
-        _ => return None,
-    })
 }
 
 /// Writes `bytes` to fd 2 with libc's `write` (not the hooks', though this thread is not a
@@ -603,54 +439,7 @@ fn write_to_stderr(mut bytes: &[u8]) {
 mod tests {
     use std::time::Duration;
 
-    use super::{Activity, Lasting, Numbering, parse_millis, syscall_name};
-
-    #[test]
-    fn the_syscall_file_says_a_number_running_or_minus_one() {
-        // proc(5): the number and six arguments, stack pointer and program counter; `-1`,
-        // stack pointer and program counter when blocked outside a call; else `running`.
-        let futex = format!(
-            "{} 0x7f00 0x80 0x2 0x0 0x0 0x0 0x7ffd 0x7f01\n",
-            libc::SYS_futex
-        );
-        assert_eq!(Activity::parse(&futex), Activity::Syscall(libc::SYS_futex));
-        assert_eq!(Activity::parse("running\n"), Activity::Computing);
-        assert_eq!(
-            Activity::parse("-1 0x7ffd 0x7f01\n"),
-            Activity::BlockedOutsideSyscall
-        );
-        assert_eq!(Activity::parse(""), Activity::Unknown);
-        assert_eq!(Activity::parse("what"), Activity::Unknown);
-    }
-
-    #[test]
-    fn common_blocking_calls_are_named_and_the_rest_numbered() {
-        assert_eq!(syscall_name(libc::SYS_futex), Some("futex"));
-        assert_eq!(syscall_name(libc::SYS_read), Some("read"));
-        assert_eq!(syscall_name(libc::SYS_epoll_pwait), Some("epoll_pwait"));
-        assert_eq!(syscall_name(libc::SYS_getpid), None);
-        assert_eq!(
-            Activity::Syscall(libc::SYS_futex).describe(1),
-            "blocked in the system call futex"
-        );
-        assert_eq!(
-            Activity::Syscall(libc::SYS_getpid).describe(1),
-            format!("blocked in system call {}", libc::SYS_getpid)
-        );
-    }
-
-    #[test]
-    fn a_thread_reading_its_own_syscall_file_sees_read() {
-        // Natively the check finds `read`. The aarch64 build's tests may run under qemu-user,
-        // whose /proc is the host kernel's (its own numbers): then the numbers are foreign,
-        // which the report says rather than naming a wrong call.
-        let numbering = Numbering::check();
-        if cfg!(target_arch = "x86_64") {
-            assert_eq!(numbering, Numbering::Native);
-        } else {
-            assert_ne!(numbering, Numbering::Unreadable);
-        }
-    }
+    use super::{Lasting, parse_millis};
 
     #[test]
     fn durations_are_milliseconds_below_a_second_and_truncated_tenths_above() {

@@ -16,7 +16,7 @@
 //! while running a job or dropping one (a job's destructor completes a join, which may send a
 //! job in turn).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::metrics::{RuntimeMetrics, WorkerMetrics};
@@ -50,6 +50,9 @@ struct Slot {
     /// pool's lock, after the worker has run it and left the stuck set, so that the deadlock
     /// verdict never misses a job in flight.
     unfinished: AtomicUsize,
+    /// The kernel thread id of its OS thread, 0 until that thread starts (for the dump, which
+    /// says what a worker that does not answer is doing).
+    tid: AtomicI32,
 }
 
 #[derive(Default)]
@@ -78,6 +81,7 @@ impl Pool {
                     remote: Arc::new(RemoteQueue::new()?),
                     jobs: Mutex::new(Some(Vec::new())),
                     unfinished: AtomicUsize::new(0),
+                    tid: AtomicI32::new(0),
                 })
             })
             .collect::<std::io::Result<Box<[Slot]>>>()?;
@@ -110,6 +114,18 @@ impl Pool {
     /// Worker `index`'s wake-up line.
     pub(crate) fn remote(&self, index: usize) -> &Arc<RemoteQueue> {
         &self.slots[index].remote
+    }
+
+    /// The kernel thread id of worker `index`'s OS thread, once it has started.
+    pub(crate) fn thread_id(&self, index: usize) -> Option<libc::pid_t> {
+        Some(self.slots[index].tid.load(Ordering::Acquire)).filter(|&tid| tid != 0)
+    }
+
+    /// Records the calling OS thread as worker `index`'s.
+    fn runs_on_this_thread(&self, index: usize) {
+        // SAFETY: gettid(2) has no preconditions and cannot fail.
+        let tid = unsafe { libc::gettid() };
+        self.slots[index].tid.store(tid, Ordering::Release);
     }
 
     fn state(&self) -> MutexGuard<'_, PoolState> {
@@ -391,6 +407,7 @@ fn on_workers<R>(
             .as_ref()
             .map(|cpus| PinnedThread::pin(0, cpus[0]));
         let _closed = CloseOnExit(&pool, 0);
+        pool.runs_on_this_thread(0);
         worker_zero(&pool)
     })
 }
@@ -407,6 +424,7 @@ fn start_other_workers<'scope, 'env>(
             .name(format!("greenweave-worker-{index}"))
             .spawn_scoped(scope, move || {
                 let _closed = CloseOnExit(pool, index);
+                pool.runs_on_this_thread(index);
                 // A worker leaves its loop only once the runtime is ending; if its thread
                 // unwinds instead (its scheduler could not start), this ends the runtime, and
                 // the scope joining it raises the panic from `run`.

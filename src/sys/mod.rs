@@ -1,6 +1,7 @@
 //! Thin, safe wrappers over the Linux system calls the runtime needs.
 //!
-//! Owns: CPU affinity (`affinity`, for pinning workers), `epoll` (one instance per runtime), `eventfd` (the runtime's wake-up line from other
+//! Owns: CPU affinity (`affinity`, for pinning workers), what another OS thread is doing
+//! (`os_thread`: its system call from `/proc`, or its program counter), `epoll` (one instance per runtime), `eventfd` (the runtime's wake-up line from other
 //! OS threads), and the conversions between std's socket addresses (`std::net::SocketAddr`,
 //! `std::os::unix::net::SocketAddr`) and `sockaddr` that a non-blocking `connect` needs. Each
 //! wrapper returns `io::Result` and retries `EINTR` where retrying is the only sensible answer.
@@ -12,6 +13,7 @@ pub(crate) mod epoll;
 pub(crate) mod eventfd;
 #[cfg(feature = "hooks")]
 pub(crate) mod fd_state;
+pub(crate) mod os_thread;
 pub(crate) mod real;
 pub(crate) mod socket;
 
