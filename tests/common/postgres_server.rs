@@ -138,6 +138,7 @@ impl PostgresServer {
     }
 
     /// The server's URL, as `sqlx` takes it.
+    #[allow(dead_code)] // only the binaries that use sqlx
     pub fn url(&self) -> String {
         format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
     }
