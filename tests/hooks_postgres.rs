@@ -16,6 +16,7 @@
 //! clients therefore run one per worker, and the last test pins that limit down.
 #![cfg(feature = "hooks")]
 
+mod common;
 #[path = "common/postgres_server.rs"]
 mod postgres_server;
 #[path = "common/spawn_watch.rs"]
@@ -245,4 +246,74 @@ fn the_workers_tokio_runtime_waits_for_a_parked_sync_postgres_call_instead_of_pa
         assert_eq!(query.join().unwrap(), 5);
     });
     assert_eq!(log.events(), ["query start", "query end", "tokio task ran"]);
+}
+
+/// r2d2_postgres's connection manager, as that crate writes it (it is not a dependency here):
+/// a pooled connection is a `postgres::Client`, checked at each check-out with an empty query.
+struct PostgresManager(String);
+
+impl r2d2::ManageConnection for PostgresManager {
+    type Connection = Client;
+    type Error = postgres::Error;
+
+    fn connect(&self) -> Result<Client, postgres::Error> {
+        Client::connect(&self.0, NoTls)
+    }
+
+    fn is_valid(&self, client: &mut Client) -> Result<(), postgres::Error> {
+        client.simple_query("").map(drop)
+    }
+
+    fn has_broken(&self, client: &mut Client) -> bool {
+        client.is_closed()
+    }
+}
+
+/// Two green threads of one worker on an r2d2 pool of sync postgres clients: the second's
+/// check-out test enters its client's tokio runtime while the first is parked inside its own,
+/// and tokio panics; the unwind drops the connection being checked out, whose `Drop` closes it
+/// through the same runtime, and panics again, in a destructor during the unwind: Rust aborts
+/// the process, and no one can catch that. What greenweave can do is say why, and what to do,
+/// before the abort: its panic hook does, at tokio's first panic in a green thread.
+#[test]
+fn r2d2_postgres_checked_out_by_two_green_threads_of_one_worker_aborts_saying_why() {
+    let Some(server) = PostgresServer::start() else {
+        return;
+    };
+    let outcome = common::run_in_child(
+        "r2d2_postgres_checked_out_by_two_green_threads_of_one_worker_aborts_saying_why",
+        || {
+            greenweave::run(|| {
+                let pool = r2d2::Pool::builder()
+                    .max_size(2)
+                    .build(PostgresManager(server.params()))
+                    .unwrap();
+                let in_query = Arc::new(AtomicBool::new(false));
+                let first = greenweave::spawn({
+                    let (pool, in_query) = (pool.clone(), in_query.clone());
+                    move || {
+                        let mut client = pool.get().unwrap();
+                        in_query.store(true, Ordering::Release);
+                        client.execute("SELECT pg_sleep(2)", &[]).unwrap();
+                    }
+                });
+                while !in_query.load(Ordering::Acquire) {
+                    greenweave::thread::sleep(Duration::from_millis(1));
+                }
+                // Let the first enter its call and park there.
+                greenweave::thread::sleep(Duration::from_millis(100));
+                let second = greenweave::spawn(move || drop(pool.get()));
+                let _ = second.join();
+                let _ = first.join();
+            });
+            println!("both green threads ended");
+            std::process::exit(0);
+        },
+    );
+    common::assert_aborted_saying(&outcome, "panic in a destructor during cleanup");
+    common::assert_aborted_saying(
+        &outcome,
+        "greenweave: tokio allows one runtime in block_on per OS thread",
+    );
+    common::assert_aborted_saying(&outcome, "Runtime::builder().workers(n)");
 }

@@ -159,7 +159,12 @@
 //!   of the worker: tokio lets one runtime be in `block_on` per OS thread at a time, so of the
 //!   green threads of one worker only one may be inside a call of a client built on a hidden
 //!   tokio runtime (the synchronous `postgres` crate); a second panics with tokio's "Cannot
-//!   start a runtime from within a runtime". Run such clients one per worker
+//!   start a runtime from within a runtime". When that panic unwinds through a
+//!   `postgres::Client` (`r2d2_postgres`: r2d2 drops the connection whose check-out test
+//!   panicked), the client's drop closes it through the same runtime and panics again, and Rust
+//!   aborts with "panic in a destructor during cleanup": by the language's rule, which no hook
+//!   changes. greenweave's panic hook says why and what to do before the abort
+//!   (`runtime::panic_report`). Run such clients one per worker
 //!   ([`runtime::Builder::workers`](crate::runtime::Builder::workers)). Such a loop also
 //!   waits again after an empty return: inside a `time::timeout` whose deadline has passed its
 //!   waits return 0 at once, for ever, and a cancelled green thread's `ECANCELED` makes tokio

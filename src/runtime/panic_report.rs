@@ -19,6 +19,19 @@
 //!
 //! A hook the program installs after its first `run` replaces this one, as `set_hook` says;
 //! the program then reports green threads' panics as it chooses.
+//!
+//! Also owns: the line that explains tokio's "Cannot start a runtime from within a runtime" in
+//! a green thread (after the report, whichever hook wrote it; once per process). Green threads
+//! of one worker share its OS thread, and tokio allows one runtime in `block_on` per OS thread:
+//! a second green thread that calls a client built on a hidden tokio runtime (the synchronous
+//! `postgres` client, `r2d2_postgres`'s pooled connections) while another is parked inside a
+//! call panics. Often that panic cannot even unwind: a `postgres::Client` dropped on the way
+//! out (r2d2 drops the connection whose check-out test panicked) closes itself through its
+//! runtime, panics the same way inside its destructor, and Rust aborts the process with "panic
+//! in a destructor during cleanup", which names neither tokio nor the cause. No hook can turn
+//! that abort into a panic (a destructor's panic during an unwind aborts by the language's
+//! rule) nor keep tokio from panicking (its per-thread context is private), so the line says
+//! why, and what to do, before the abort.
 
 use std::backtrace::Backtrace;
 use std::fmt::{self, Write as _};
@@ -42,12 +55,13 @@ pub(crate) fn install() {
         let previous = panic::take_hook();
         let previous_is_std_default = is_std_default(&previous);
         panic::set_hook(Box::new(move |info| {
-            match previous_is_std_default
-                .then(scheduler::describe_running_green_thread)
-                .flatten()
-            {
-                Some(green_thread) => report(info, &green_thread),
+            let green_thread = scheduler::describe_running_green_thread();
+            match green_thread.as_deref().filter(|_| previous_is_std_default) {
+                Some(green_thread) => report(info, green_thread),
                 None => previous(info),
+            }
+            if green_thread.is_some() {
+                explain_tokio_runtime_rule(info);
             }
         }));
     });
@@ -73,12 +87,7 @@ fn is_std_default(hook: &Hook) -> bool {
 /// Writes std's panic report for a panic in green thread `green_thread` (named as the
 /// deadlock report names it), honouring `RUST_BACKTRACE` as std's default hook does.
 fn report(info: &PanicHookInfo<'_>, green_thread: &str) {
-    let payload = info.payload();
-    let message = payload
-        .downcast_ref::<&str>()
-        .copied()
-        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
-        .unwrap_or("Box<dyn Any>");
+    let message = message(info).unwrap_or("Box<dyn Any>");
     let os_thread = std::thread::current();
     // SAFETY: gettid takes no arguments and cannot fail.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) };
@@ -119,6 +128,43 @@ fn report(info: &PanicHookInfo<'_>, green_thread: &str) {
     // panic in a panic hook aborts: `IgnoreErrors` reports success to the formatter whatever
     // the write did, so the report is lost instead, as std's own hook loses it.
     eprint!("{}", IgnoreErrors(&text));
+}
+
+/// The message of a panic's payload (`&str` or `String`), if it has one.
+fn message<'a>(info: &'a PanicHookInfo<'_>) -> Option<&'a str> {
+    let payload = info.payload();
+    payload
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
+}
+
+/// tokio's panic when `block_on` is called on an OS thread where a runtime is entered.
+const TOKIO_NESTED_RUNTIME: &str = "Cannot start a runtime from within a runtime";
+
+/// After the report of a panic in a green thread: if it is tokio's nested-runtime panic, says
+/// (once per process) why it happens between green threads, that it may end in an abort, and
+/// what to do.
+fn explain_tokio_runtime_rule(info: &PanicHookInfo<'_>) {
+    static EXPLAINED: AtomicBool = AtomicBool::new(false);
+    if !message(info).is_some_and(|message| message.contains(TOKIO_NESTED_RUNTIME))
+        || EXPLAINED.swap(true, Ordering::Relaxed)
+    {
+        return;
+    }
+    let text = "greenweave: tokio allows one runtime in block_on per OS thread, and one is \
+                already entered on this worker's OS thread, most often by another green thread \
+                of this worker parked inside a call of a client built on a hidden tokio runtime \
+                (the synchronous postgres client, r2d2_postgres's pooled connections). If this \
+                panic unwinds through such a client (a postgres::Client closes itself through \
+                its runtime when dropped; r2d2 drops the connection whose check-out test \
+                panicked), its drop panics the same way and Rust aborts the process with \
+                \"panic in a destructor during cleanup\". Give each such call an OS thread of \
+                its own: at most one client in a call per worker \
+                (Runtime::builder().workers(n)), or the call inside greenweave::unblock; or \
+                use tokio-postgres in greenweave::block_on (feature tokio), any number per \
+                worker.\n";
+    eprint!("{}", IgnoreErrors(text));
 }
 
 /// `backtrace` (a `Backtrace`'s display) without the frames of the panic machinery, as std's
