@@ -71,6 +71,10 @@ RATIOS = [
      "channel_ping_pong/tokio", "", None),
     ("spawn+join vs tokio spawn+await", "spawn_join/greenweave", "spawn_join/tokio",
      "<= 0.33x", 1 / 3),
+    ("block_on of a ready future vs tokio's Runtime::block_on", "block_on_ready/greenweave",
+     "block_on_ready/tokio", "", None),
+    ("block_on ping-pong vs tokio tasks", "block_on_ping_pong/greenweave",
+     "block_on_ping_pong/tokio", "", None),
 ]
 
 

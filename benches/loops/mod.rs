@@ -147,6 +147,26 @@ pub const LOOPS: &[Loop] = &[
         function: "std_thread",
         prepare: || Box::new(std_spawn_joins),
     },
+    Loop {
+        group: "block_on_ready",
+        function: "greenweave",
+        prepare: || Box::new(greenweave_block_on_ready),
+    },
+    Loop {
+        group: "block_on_ready",
+        function: "tokio",
+        prepare: tokio_block_on_ready,
+    },
+    Loop {
+        group: "block_on_ping_pong",
+        function: "greenweave",
+        prepare: || Box::new(greenweave_block_on_ping_pongs),
+    },
+    Loop {
+        group: "block_on_ping_pong",
+        function: "tokio",
+        prepare: tokio_block_on_ping_pongs,
+    },
 ];
 
 /// The loops of one group, in table order.
@@ -562,6 +582,134 @@ fn std_spawn_joins(iterations: u64) -> Duration {
         black_box(handle.join().expect("the body cannot panic"));
     }
     start.elapsed()
+}
+
+// ---- futures (issue 30) ----
+
+/// `greenweave::block_on` of a future that is ready at its first poll, on a green thread: the
+/// call's fixed cost (its waker reused from the previous call, one poll, no park).
+fn greenweave_block_on_ready(iterations: u64) -> Duration {
+    greenweave::run(move || {
+        let start = Instant::now();
+        for i in 0..iterations {
+            black_box(greenweave::block_on(std::future::ready(black_box(i))));
+        }
+        start.elapsed()
+    })
+}
+
+/// The same through tokio's `Runtime::block_on` on a `current_thread` runtime, from outside
+/// it: what the sync wrapper of an async crate (the `postgres` crate) pays per call.
+fn tokio_block_on_ready() -> Run {
+    let runtime = tokio_runtime();
+    Box::new(move |iterations| {
+        let start = Instant::now();
+        for i in 0..iterations {
+            black_box(runtime.block_on(std::future::ready(black_box(i))));
+        }
+        start.elapsed()
+    })
+}
+
+/// Where a waiting side leaves its waker for the other to wake.
+type WakerSlot = std::cell::Cell<Option<std::task::Waker>>;
+
+/// A future that is pending at its first poll, after leaving its waker in `slot` for the other
+/// side to wake, and ready at the next.
+struct PendingOnce<'a> {
+    slot: &'a WakerSlot,
+    polled: bool,
+}
+
+impl std::future::Future for PendingOnce<'_> {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        context: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        if self.polled {
+            return std::task::Poll::Ready(());
+        }
+        self.polled = true;
+        self.slot.set(Some(context.waker().clone()));
+        std::task::Poll::Pending
+    }
+}
+
+/// The two sides' slots of a ping-pong of wakes. Each side, `iterations` times, wakes the
+/// other's waker (if it left one) and then waits in a [`PendingOnce`] of its own; after its
+/// last wait it wakes the other's last. One iteration is one such step by each side: two
+/// Pending -> wake -> Ready cycles, each woken by the other side on the same OS thread.
+#[derive(Default)]
+struct PingPong {
+    slots: [WakerSlot; 2],
+}
+
+impl PingPong {
+    /// Side `side`'s step: wakes the other side, then returns the wait to block on or await.
+    fn step(&self, side: usize) -> PendingOnce<'_> {
+        self.wake_other(side);
+        PendingOnce {
+            slot: &self.slots[side],
+            polled: false,
+        }
+    }
+
+    fn wake_other(&self, side: usize) {
+        if let Some(waker) = self.slots[1 - side].take() {
+            waker.wake();
+        }
+    }
+}
+
+/// The ping-pong between two green threads of one worker, each waiting in `greenweave::block_on`.
+fn greenweave_block_on_ping_pongs(iterations: u64) -> Duration {
+    greenweave::run(move || {
+        let ping_pong = std::rc::Rc::new(PingPong::default());
+        let side = |side: usize| {
+            let ping_pong = ping_pong.clone();
+            move || {
+                for _ in 0..iterations {
+                    greenweave::block_on(ping_pong.step(side));
+                }
+                ping_pong.wake_other(side);
+            }
+        };
+        let start = Instant::now();
+        let first = greenweave::spawn(side(0));
+        let second = greenweave::spawn(side(1));
+        first.join().expect("a ping-pong side cannot panic");
+        second.join().expect("a ping-pong side cannot panic");
+        start.elapsed()
+    })
+}
+
+/// The same between two tasks on a tokio `current_thread` runtime, each awaiting its
+/// `PendingOnce` (tasks of a `LocalSet`: the slots are not `Send`).
+fn tokio_block_on_ping_pongs() -> Run {
+    let runtime = tokio_runtime();
+    Box::new(move |iterations| {
+        let local = tokio::task::LocalSet::new();
+        local.block_on(&runtime, async move {
+            let ping_pong = std::rc::Rc::new(PingPong::default());
+            let side = |side: usize| {
+                let ping_pong = ping_pong.clone();
+                async move {
+                    for _ in 0..iterations {
+                        ping_pong.step(side).await;
+                    }
+                    ping_pong.wake_other(side);
+                }
+            };
+            let start = Instant::now();
+            let first = tokio::task::spawn_local(side(0));
+            let second = tokio::task::spawn_local(side(1));
+            first.await.expect("a ping-pong side cannot panic");
+            second.await.expect("a ping-pong side cannot panic");
+            start.elapsed()
+        })
+    })
 }
 
 // ---- criterion ----
