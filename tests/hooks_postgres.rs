@@ -19,13 +19,12 @@
 mod common;
 #[path = "common/postgres_server.rs"]
 mod postgres_server;
-#[path = "common/spawn_watch.rs"]
-mod spawn_watch;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
+use common::spawn_watch;
 use greenweave::Runtime;
 use postgres::{Client, NoTls};
 use postgres_server::PostgresServer;
