@@ -139,6 +139,7 @@ pub fn spawn_after<T: 'static>(delay: Duration, f: impl FnOnce() -> T + 'static)
 /// });
 /// ```
 #[derive(Debug, Default)]
+#[must_use = "must eventually spawn the green thread"]
 pub struct Builder {
     name: Option<String>,
     stack_size: Option<usize>,

@@ -375,6 +375,7 @@ impl Default for Runtime {
 
 /// Settings for a [`Runtime`].
 #[derive(Debug, Clone)]
+#[must_use = "a Builder configures nothing until build() makes the Runtime"]
 pub struct Builder {
     stack_size: usize,
     main_stack_size: Option<usize>,
