@@ -18,10 +18,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Waker};
 
-use super::waker::{GreenWaker, ThreadWaker};
+use super::waker::{FirstPollWaker, GreenWaker, ThreadWaker};
 use crate::runtime::budget;
-use crate::runtime::scheduler::{self, with_scheduler};
-use crate::runtime::task::Wait;
+use crate::runtime::scheduler::{self, RemoteQueue, with_scheduler};
+use crate::runtime::task::{TaskKey, Wait};
 
 thread_local! {
     /// A waker whose call has ended and which nothing else holds, for the next call on this
@@ -111,26 +111,34 @@ pub fn block_on<F: Future>(future: F) -> F::Output {
 fn block_on_green<F: Future>(future: F) -> F::Output {
     const WHAT: &str = "greenweave::block_on";
     let (remote, task) = with_scheduler(WHAT, |scheduler| {
-        (scheduler.remote.clone(), scheduler.current_task())
+        (&raw const scheduler.remote, scheduler::current_task_ptr())
     });
+    // SAFETY: the running green thread's task lives at least as long as its body runs
+    // (`run_task` holds it, and the body is this call's caller).
+    let task = unsafe { &*task };
     if task.polling_future.get() {
         nested_block_on(task.id);
     }
     let key = task.key();
-    let waker = take_spare_waker()
-        .and_then(|mut spare| {
-            Arc::get_mut(&mut spare)?.reuse(&remote, key);
-            Some(spare)
-        })
-        .unwrap_or_else(|| Arc::new(GreenWaker::new(remote, key)));
-    let finish = FinishOnExit(&waker);
-    let std_waker = Waker::from(waker.clone());
-    let mut context = Context::from_waker(&std_waker);
+    // SAFETY: the scheduler, and its queue, outlive every green thread it runs, and so this
+    // call and the polls it lends the first waker to.
+    let remote: &Arc<RemoteQueue> = unsafe { &*remote };
+    let make = move || acquire_waker(remote, key);
+    let first = FirstPollWaker::new(make);
+    let finish = FinishOnExit(&first);
+    let first_waker = first.waker();
+    // The `GreenWaker` once the future has cloned the first waker: later polls get it, so
+    // that a future comparing wakers (`will_wake`) sees the one it kept.
+    let mut kept: Option<Waker> = None;
     let mut future = pin!(future);
     let wait = Wait::Future(std::any::type_name::<F>());
     let output = loop {
         budget::spend(WHAT);
-        waker.begin_poll();
+        if let Some(shared) = first.shared() {
+            shared.begin_poll();
+        }
+        let waker = kept.as_ref().unwrap_or(&first_waker);
+        let mut context = Context::from_waker(waker);
         task.polling_future.set(true);
         let polled = panic::catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut context)));
         task.polling_future.set(false);
@@ -139,26 +147,52 @@ fn block_on_green<F: Future>(future: F) -> F::Output {
             Ok(Poll::Pending) => {}
             Err(payload) => panic_explained(payload),
         }
-        if waker.woken_during_poll() {
+        let shared = first.shared();
+        if kept.is_none()
+            && let Some(shared) = shared
+        {
+            kept = Some(Waker::from(shared.clone()));
+        }
+        let woken = first.take_woken() | shared.is_some_and(|shared| shared.woken_during_poll());
+        if woken {
             // Woken while it polled: poll again (the budget bounds such a loop).
             continue;
         }
         // Any wake-up ends the park, and the loop polls again: a spurious one costs a poll.
-        scheduler::park(WHAT, wait, None, None, |_, _| waker.mark_parked());
+        scheduler::park(WHAT, wait, None, None, |_, _| {
+            if let Some(shared) = shared {
+                shared.mark_parked();
+            }
+        });
     };
-    drop(std_waker);
+    drop(kept);
     drop(finish);
-    keep_spare_waker(waker);
+    if let Some(shared) = first.into_shared() {
+        keep_spare_waker(shared);
+    }
     output
+}
+
+/// The `GreenWaker` of a call by green thread `key` of the runtime whose queue is `remote`:
+/// this OS thread's spare if nothing else holds it, else a new one.
+fn acquire_waker(remote: &Arc<RemoteQueue>, key: TaskKey) -> Arc<GreenWaker> {
+    take_spare_waker()
+        .and_then(|mut spare| {
+            Arc::get_mut(&mut spare)?.reuse(remote, key);
+            Some(spare)
+        })
+        .unwrap_or_else(|| Arc::new(GreenWaker::new(remote.clone(), key)))
 }
 
 /// Marks the call's waker finished however the call ends (a return, the future's panic, a
 /// cancellation's unwind), so a clone kept elsewhere wakes nothing.
-struct FinishOnExit<'a>(&'a Arc<GreenWaker>);
+struct FinishOnExit<'a, M: Fn() -> Arc<GreenWaker> + Sync>(&'a FirstPollWaker<M>);
 
-impl Drop for FinishOnExit<'_> {
+impl<M: Fn() -> Arc<GreenWaker> + Sync> Drop for FinishOnExit<'_, M> {
     fn drop(&mut self) {
-        self.0.finish();
+        if let Some(shared) = self.0.shared() {
+            shared.finish();
+        }
     }
 }
 

@@ -12,14 +12,19 @@
 //! - `NOTIFIED`: a wake came since the last poll began.
 //! - `DONE`: the `block_on` call has returned or unwound; a waker kept since wakes nothing.
 //!
+//! The first poll of a call gets a [`FirstPollWaker`] on the call's stack instead, which
+//! makes the `GreenWaker` only when the future clones it: a future that is ready at once (or
+//! only wakes by reference during its poll) costs no allocation and no atomic read-modify-write.
+//!
 //! May not: wake the green thread by any path but the runtime's own (`wake_if_local`, the
 //! remote queue), or name it by anything but its [`TaskKey`], whose id is never reused, so a
 //! late wake can at worst end another park of the same green thread early, which every park
 //! re-checks (as every remote wake-up in the runtime).
 
-use std::sync::Arc;
+use std::mem::ManuallyDrop;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::task::Wake;
+use std::sync::{Arc, OnceLock};
+use std::task::{RawWaker, RawWakerVTable, Wake, Waker};
 
 use crate::runtime::scheduler::{self, RemoteQueue};
 use crate::runtime::task::TaskKey;
@@ -93,7 +98,7 @@ impl GreenWaker {
         self.state.store(DONE, Ordering::Release);
     }
 
-    fn notify(&self) {
+    pub(super) fn notify(&self) {
         let mut state = self.state.load(Ordering::Relaxed);
         loop {
             if state == DONE || state == NOTIFIED {
@@ -142,4 +147,85 @@ impl Wake for ThreadWaker {
             self.thread.unpark();
         }
     }
+}
+
+/// The waker of a call's polls until the future keeps one: it lives on the calling green
+/// thread's stack for the whole call, and makes the call's [`GreenWaker`] (through `make`)
+/// the first time it is cloned. A wake by reference before that only sets `woken`, which the
+/// call reads after the poll.
+///
+/// It is `Sync` (the waker it stands behind may be used from another thread during a poll,
+/// say a scoped thread): the flag is atomic and the `GreenWaker` is made once (`OnceLock`).
+pub(super) struct FirstPollWaker<F: Fn() -> Arc<GreenWaker> + Sync> {
+    woken: AtomicBool,
+    shared: OnceLock<Arc<GreenWaker>>,
+    make: F,
+}
+
+impl<F: Fn() -> Arc<GreenWaker> + Sync> FirstPollWaker<F> {
+    pub(super) fn new(make: F) -> Self {
+        FirstPollWaker {
+            woken: AtomicBool::new(false),
+            shared: OnceLock::new(),
+            make,
+        }
+    }
+
+    /// A waker that refers to `self` without owning anything: it must not outlive `self`,
+    /// which the caller ensures by lending it only to polls made while `self` lives (a
+    /// `Context` borrows it for one poll; cloning it makes an owned `GreenWaker` one).
+    pub(super) fn waker(&self) -> ManuallyDrop<Waker> {
+        let data = (self as *const Self).cast::<()>();
+        // SAFETY: the vtable's functions read `data` as a `&Self`, which lives at least as
+        // long as the waker (the caller lends it only within `self`'s life, see above) and is
+        // `Sync`; `drop` does nothing (the waker owns nothing), and `ManuallyDrop` keeps even
+        // that from running.
+        ManuallyDrop::new(unsafe { Waker::from_raw(RawWaker::new(data, Self::VTABLE)) })
+    }
+
+    const VTABLE: &'static RawWakerVTable = &RawWakerVTable::new(
+        Self::clone_raw,
+        Self::wake_raw,
+        Self::wake_raw,
+        Self::drop_raw,
+    );
+
+    /// The call's `GreenWaker`, if a clone has made it.
+    pub(super) fn shared(&self) -> Option<&Arc<GreenWaker>> {
+        self.shared.get()
+    }
+
+    /// Whether a wake by reference came through this waker.
+    pub(super) fn take_woken(&self) -> bool {
+        self.woken.swap(false, Ordering::Acquire)
+    }
+
+    /// Takes the `GreenWaker` out (the call is over).
+    pub(super) fn into_shared(self) -> Option<Arc<GreenWaker>> {
+        self.shared.into_inner()
+    }
+
+    /// # Safety
+    /// `data` is the `&Self` of a waker made by [`waker`](Self::waker), still alive.
+    unsafe fn clone_raw(data: *const ()) -> RawWaker {
+        // SAFETY: the caller's contract.
+        let this = unsafe { &*data.cast::<Self>() };
+        let shared = this.shared.get_or_init(&this.make).clone();
+        // The owned waker's parts are handed over whole (its count goes with them).
+        let owned = ManuallyDrop::new(Waker::from(shared));
+        RawWaker::new(owned.data(), owned.vtable())
+    }
+
+    /// # Safety
+    /// As [`clone_raw`](Self::clone_raw).
+    unsafe fn wake_raw(data: *const ()) {
+        // SAFETY: the caller's contract.
+        let this = unsafe { &*data.cast::<Self>() };
+        this.woken.store(true, Ordering::Release);
+        if let Some(shared) = this.shared.get() {
+            shared.notify();
+        }
+    }
+
+    fn drop_raw(_: *const ()) {}
 }

@@ -35,7 +35,7 @@ thread_local! {
 /// them may be inside another tokio runtime's `block_on` (a sync client such as `postgres`),
 /// which sets tokio's per-OS-thread "runtime entered" flag: the worker's own tokio runtime
 /// (feature `tokio`) cannot turn meanwhile.
-#[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+#[cfg(feature = "tokio")]
 pub(crate) fn foreign_loops_waiting() -> usize {
     FOREIGN_LOOPS_WAITING.with(Cell::get)
 }

@@ -207,6 +207,7 @@
 // (build.rs), refers to every one. No other layer has to know they exist.
 mod dns;
 mod epoll;
+#[cfg(feature = "tokio")]
 pub(crate) use epoll::foreign_loops_waiting;
 mod file;
 mod fortify;
