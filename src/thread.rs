@@ -68,11 +68,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::runtime::budget;
+use crate::runtime::parker::Parker;
 use crate::runtime::scheduler::{self, Cancelled, with_scheduler};
 use crate::runtime::task::{Joiner, Task, TaskState, Wait, Wake};
 use crate::stack::{Stack, pool};
-use park::Parker;
 
+mod background;
 mod join_future;
 pub(crate) mod park;
 mod remote;
@@ -80,6 +81,7 @@ mod scope;
 mod select;
 
 pub use crate::runtime::locals::{AccessError, LocalKey};
+pub use background::Background;
 pub use park::{park, park_timeout};
 pub use remote::{RemoteJoinHandle, spawn_on};
 pub use scope::{Scope, ScopedJoinHandle, scope};
@@ -547,7 +549,7 @@ impl Thread {
 
     /// The id, unique within its runtime; the main green thread's is 1.
     pub fn id(&self) -> ThreadId {
-        self.parker.id
+        ThreadId(self.parker.id)
     }
 
     /// The name given with [`Builder::name`]; `Some("main")` for the main green thread.

@@ -1,6 +1,6 @@
 //! A tokio program that hands blocking library code to green threads (feature `hooks`): it
 //! starts a greenweave runtime on OS threads of its own (`Runtime::start`, a
-//! `runtime::Background`), its tasks spawn green threads onto it and `.await` their
+//! `thread::Background`), its tasks spawn green threads onto it and `.await` their
 //! `RemoteJoinHandle`s, a better `spawn_blocking`.
 //!
 //! The order of events shows, with no timing threshold, that an awaited green thread holds

@@ -12,7 +12,6 @@
 //! public face is [`run`], [`Runtime`] and [`Builder`]; green threads themselves are in
 //! [`crate::thread`], sockets in [`crate::net`].
 
-pub(crate) mod background;
 pub(crate) mod budget;
 #[cfg(greenweave_chaos)]
 mod chaos;
@@ -21,6 +20,7 @@ pub(crate) mod locals;
 mod metrics;
 pub mod offload;
 mod panic_report;
+pub(crate) mod parker;
 pub(crate) mod reactor;
 pub(crate) mod ring;
 pub(crate) mod scheduler;
@@ -38,7 +38,6 @@ use std::time::Duration;
 
 use crate::stack::Stack;
 
-pub use background::Background;
 pub use dump::{Dump, Frame, GreenThread, GreenThreadState, dump, dump_without_backtraces};
 pub use metrics::{ParkReason, RuntimeMetrics};
 

@@ -17,9 +17,9 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
+use super::parker::Parker;
 use crate::coroutine::{Coroutine, Yielder};
 use crate::greenlet::World;
-use crate::thread::park::Parker;
 
 use super::locals::TableHome;
 use super::reactor::{Interest, ScheduledIo};

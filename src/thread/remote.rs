@@ -87,7 +87,7 @@ impl Builder {
 
     /// [`spawn_on`](Builder::spawn_on) onto worker `worker` of the runtime whose workers are
     /// `pool`, from worker `here` of it, or (`None`) from any thread outside it (a
-    /// `runtime::Background`'s caller).
+    /// `thread::Background`'s caller).
     pub(crate) fn spawn_on_pool<F, T>(
         self,
         pool: &Arc<Pool>,

@@ -13,11 +13,11 @@ use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 
-use super::Runtime;
-use super::scheduler::with_scheduler;
-use super::workers::Pool;
+use super::{Builder, JoinError, RemoteJoinHandle};
+use crate::runtime::Runtime;
+use crate::runtime::scheduler::with_scheduler;
+use crate::runtime::workers::Pool;
 use crate::sync::shared;
-use crate::thread::{self, RemoteJoinHandle};
 
 /// A greenweave runtime running on OS threads of its own, started by [`Runtime::start`]:
 /// spawn green threads onto it from any thread (a tokio task, a plain OS thread) and join or
@@ -78,7 +78,7 @@ impl Runtime {
             Ok(pool) => pool,
             Err(_) => {
                 let why = match main.join() {
-                    Err(payload) => thread::JoinError::Panicked(payload)
+                    Err(payload) => JoinError::Panicked(payload)
                         .panic_message()
                         .unwrap_or("its runtime panicked")
                         .to_owned(),
@@ -125,7 +125,7 @@ impl Background {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        thread::Builder::new().spawn_on_pool(&self.pool, None, worker, f)
+        Builder::new().spawn_on_pool(&self.pool, None, worker, f)
     }
 
     /// How many workers (OS threads) the runtime has.
