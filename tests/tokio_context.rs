@@ -226,3 +226,49 @@ fn block_on_in_a_tokio_task_names_the_mistake() {
         }
     });
 }
+
+/// Ends the test binary with a message if `done` is not set within a generous bound: what a
+/// lost wake-up would otherwise make a hang.
+fn hang_watchdog(what: &'static str) -> Arc<AtomicBool> {
+    let done = Arc::new(AtomicBool::new(false));
+    let watched = done.clone();
+    std::thread::spawn(move || {
+        for _ in 0..600 {
+            if watched.load(Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("{what}: still waiting after 60 s, a lost wake-up");
+        std::process::exit(1);
+    });
+    done
+}
+
+#[test]
+fn a_tokio_event_seen_by_a_green_threads_budget_poll_still_gets_its_turn() {
+    let done = hang_watchdog("a_tokio_event_seen_by_a_green_threads_budget_poll");
+    greenweave::run(|| {
+        let listener = block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+        let address = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut request = [0; 4];
+            stream.read_exact(&mut request).await.unwrap();
+            stream.write_all(&request).await.unwrap();
+        });
+        let mut client = block_on(tokio::net::TcpStream::connect(address)).unwrap();
+        block_on(client.write_all(b"ping")).unwrap();
+        // tokio's epoll fd now has events (the accept, the request). This green thread spends
+        // its budget: the poll that comes with the forced yield runs on its own stack and takes
+        // the fd's edge, so the turn is left to the scheduler, which must not sleep on it.
+        for _ in 0..3 * 128 {
+            block_on(async {});
+        }
+        let mut reply = [0; 4];
+        block_on(client.read_exact(&mut reply)).unwrap();
+        assert_eq!(&reply, b"ping");
+        block_on(server).unwrap();
+    });
+    done.store(true, Ordering::SeqCst);
+}

@@ -10,12 +10,10 @@
 //! How a turn goes, in tokio's current-thread scheduler: `block_on` polls `TurnOnce` (pending:
 //! it keeps the waker), runs the ready tasks, and when none is left parks its driver: the time
 //! driver computes the wait until its next timer and the I/O driver calls `epoll_wait(epfd, ..,
-//! timeout)`. Intercepted, that call asks the kernel with a zero timeout. While polls bring
-//! events (or tokio asks for no wait), tokio dispatches them and runs the tasks they woke, and
-//! polls again. The first poll that brings nothing ends the turn: the timeout tokio asked for is
-//! recorded, `TurnOnce` is woken, and tokio polls it again, ready. After `POLLS_PER_TURN` polls
-//! the turn ends anyway, with "again now" as its deadline, so that tokio tasks that keep each
-//! other busy share the worker with its green threads.
+//! timeout)`. Intercepted, that call asks the kernel with a zero timeout. If that brought
+//! events, tokio dispatches them, runs the tasks they woke and polls again; that second poll
+//! (or a first that found nothing) ends the turn: the timeout tokio asked for is recorded,
+//! `TurnOnce` is woken, and tokio polls it again, ready (see [`intercept_epoll_wait`]).
 //!
 //! May not: intercept any `epoll_wait` but the first one of a turn on the worker's own tokio
 //! epoll fd (the first turn learns it), or wait in the kernel during a turn.
@@ -129,21 +127,18 @@ impl Future for TurnOnce {
     }
 }
 
-/// How many times tokio's driver may poll in one turn (each poll followed by up to 61 of the
-/// tasks it woke) before the turn ends with "again now", so that tokio tasks that keep waking
-/// each other share the worker with its green threads.
-const POLLS_PER_TURN: u32 = 4;
-
 /// What `epoll_wait(epfd, events, maxevents, timeout)` returns when it is tokio's driver
 /// polling during a turn on this OS thread (`None` otherwise: the call is not ours to change).
 ///
-/// The kernel is asked without waiting. If that brought events (or tokio asked for no wait: a
-/// timer is due, or it has tasks left), tokio dispatches them, runs the tasks they woke and
-/// polls again: the turn goes on. Once a poll brings nothing (or after `POLLS_PER_TURN`), the
-/// turn ends: the timeout tokio asked for is recorded, `TurnOnce` is woken, and the kernel is
-/// asked once more, into the rest of the buffer, which takes the event of that wake-up
-/// (tokio's waker writes an eventfd in this same epoll) so that it does not leave tokio's
-/// epoll fd readable for nothing.
+/// A turn polls at most twice. The first poll asks the kernel without waiting; if that brought
+/// events (or tokio asked for no wait: a timer is due, or it has tasks left), tokio dispatches
+/// them, runs the tasks they woke and polls again. The turn ends at the first poll that found
+/// nothing, or at the second: the timeout tokio asked for is recorded, `TurnOnce` is woken,
+/// and the kernel is asked (without waiting) for what is there, the wake-up's own event
+/// among it (tokio's waker writes an eventfd in this same epoll), so that it does not leave
+/// tokio's epoll fd readable for nothing. Anything more that came is dispatched too, and its
+/// tasks run at the next turn, which is then due at once; so tokio tasks that keep each other
+/// busy share the worker with its green threads.
 ///
 /// # Safety
 /// That of libc's `epoll_wait`.
@@ -153,46 +148,41 @@ pub(crate) unsafe fn intercept_epoll_wait(
     maxevents: c_int,
     timeout: c_int,
 ) -> Option<c_int> {
-    let ours = TURN
+    let first = TURN
         .try_with(|turn| {
             let known = turn.epfd.get();
-            turn.active.get() && !turn.polled.get() && (known < 0 || known == epfd)
+            let ours = turn.active.get() && !turn.polled.get() && (known < 0 || known == epfd);
+            ours.then(|| {
+                turn.epfd.set(epfd);
+                turn.rounds.set(turn.rounds.get() + 1);
+                turn.rounds.get() == 1
+            })
         })
-        .unwrap_or(false);
-    if !ours {
-        return None;
-    }
-    // SAFETY: the caller's contract is libc's, passed on with a zero timeout.
-    let found = unsafe { real_epoll_wait(epfd, events, maxevents, 0) };
-    let rounds = TURN.with(|turn| {
-        turn.epfd.set(epfd);
-        turn.rounds.set(turn.rounds.get() + 1);
-        turn.rounds.get()
-    });
-    let more_work = found != 0 || timeout == 0;
-    if more_work && rounds < POLLS_PER_TURN {
-        return Some(found);
+        .ok()
+        .flatten()?;
+    if first {
+        // SAFETY: the caller's contract is libc's, passed on with a zero timeout.
+        let found = unsafe { real_epoll_wait(epfd, events, maxevents, 0) };
+        if found != 0 || timeout == 0 {
+            return Some(found);
+        }
     }
     // The turn ends here.
     let waker = TURN.with(|turn| {
         turn.polled.set(true);
-        turn.timeout.set(if more_work { 0 } else { timeout });
+        turn.timeout.set(timeout);
         turn.waker.take()
     });
     if let Some(waker) = waker {
         waker.wake();
     }
-    let found = found.max(0);
-    if found >= maxevents {
-        return Some(found);
-    }
-    // SAFETY: as above, into the part of the caller's buffer this call has not filled.
-    let taken = unsafe { real_epoll_wait(epfd, events.add(found as usize), maxevents - found, 0) };
-    // More than the wake-up's own event: something came meanwhile; turn again soon.
-    if taken > 1 {
+    // SAFETY: as above.
+    let taken = unsafe { real_epoll_wait(epfd, events, maxevents, 0) };
+    // More than the wake-up's own event, or work tokio said it has left: turn again soon.
+    if taken > 1 || taken == maxevents || timeout == 0 {
         TURN.with(|turn| turn.timeout.set(0));
     }
-    Some(found + taken.max(0))
+    Some(taken)
 }
 
 /// libc's `epoll_wait`: with the `hooks` feature, the one `sys::real` resolved; without it

@@ -148,11 +148,14 @@ impl WorkerTokio {
 
     /// Whether tokio has something to do now: an event on its epoll fd, or a deadline passed.
     fn is_due(&self, now: Instant) -> bool {
-        let readable = self
-            .registration
+        self.is_readable() || self.deadline.get().is_some_and(|deadline| deadline <= now)
+    }
+
+    /// Whether an event on tokio's epoll fd has been seen and not yet turned for.
+    fn is_readable(&self) -> bool {
+        self.registration
             .as_ref()
-            .is_some_and(|registration| registration.io.is_ready(Interest::Readable));
-        readable || self.deadline.get().is_some_and(|deadline| deadline <= now)
+            .is_some_and(|registration| registration.io.is_ready(Interest::Readable))
     }
 
     fn clear_readiness(&self) {
@@ -207,8 +210,19 @@ pub(crate) fn turn_if_due() {
 }
 
 /// The earlier of `deadline` and tokio's: how long the scheduler may sleep.
+///
+/// An event already seen on tokio's epoll fd whose turn has not come yet counts as due now: a
+/// green thread's budget poll (on its own stack, where no turn is taken) takes the fd's edge,
+/// and no second edge comes for it, so the scheduler must not sleep on it.
 pub(crate) fn earliest(deadline: Option<Instant>) -> Option<Instant> {
-    let tokio = with_worker(|worker| worker.deadline.get()).flatten();
+    let tokio = with_worker(|worker| {
+        if worker.is_readable() {
+            Some(Instant::now())
+        } else {
+            worker.deadline.get()
+        }
+    })
+    .flatten();
     match (deadline, tokio) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
