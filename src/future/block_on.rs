@@ -147,12 +147,10 @@ fn block_on_green<F: Future>(future: F) -> F::Output {
             Ok(Poll::Pending) => {}
             Err(payload) => panic_explained(payload),
         }
-        let shared = first.shared();
-        if kept.is_none()
-            && let Some(shared) = shared
-        {
-            kept = Some(Waker::from(shared.clone()));
+        if kept.is_none() {
+            kept = first.clone_shared().map(Waker::from);
         }
+        let shared = first.shared();
         let woken = first.take_woken() | shared.is_some_and(|shared| shared.woken_during_poll());
         if woken {
             // Woken while it polled: poll again (the budget bounds such a loop).

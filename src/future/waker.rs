@@ -22,8 +22,8 @@
 //! re-checks (as every remote wake-up in the runtime).
 
 use std::mem::ManuallyDrop;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 use std::task::{RawWaker, RawWakerVTable, Wake, Waker};
 
 use crate::runtime::scheduler::{self, RemoteQueue};
@@ -155,10 +155,12 @@ impl Wake for ThreadWaker {
 /// call reads after the poll.
 ///
 /// It is `Sync` (the waker it stands behind may be used from another thread during a poll,
-/// say a scoped thread): the flag is atomic and the `GreenWaker` is made once (`OnceLock`).
+/// say a scoped thread): the flag is atomic, and the `GreenWaker` is published once with a
+/// compare-and-swap of the pointer (a clone that loses the race drops the one it made).
 pub(super) struct FirstPollWaker<F: Fn() -> Arc<GreenWaker> + Sync> {
     woken: AtomicBool,
-    shared: OnceLock<Arc<GreenWaker>>,
+    /// The `GreenWaker` (one count, from `Arc::into_raw`), or null until a clone makes it.
+    shared: AtomicPtr<GreenWaker>,
     make: F,
 }
 
@@ -166,7 +168,7 @@ impl<F: Fn() -> Arc<GreenWaker> + Sync> FirstPollWaker<F> {
     pub(super) fn new(make: F) -> Self {
         FirstPollWaker {
             woken: AtomicBool::new(false),
-            shared: OnceLock::new(),
+            shared: AtomicPtr::new(std::ptr::null_mut()),
             make,
         }
     }
@@ -191,18 +193,61 @@ impl<F: Fn() -> Arc<GreenWaker> + Sync> FirstPollWaker<F> {
     );
 
     /// The call's `GreenWaker`, if a clone has made it.
-    pub(super) fn shared(&self) -> Option<&Arc<GreenWaker>> {
-        self.shared.get()
+    pub(super) fn shared(&self) -> Option<&GreenWaker> {
+        let shared = self.shared.load(Ordering::Acquire);
+        // SAFETY: a non-null pointer holds a count of a live `GreenWaker`, released only when
+        // `self` goes (`into_shared`, `drop`), so it outlives this borrow of `self`.
+        (!shared.is_null()).then(|| unsafe { &*shared })
+    }
+
+    /// A counted handle to the call's `GreenWaker`, if a clone has made it.
+    pub(super) fn clone_shared(&self) -> Option<Arc<GreenWaker>> {
+        let shared = self.shared.load(Ordering::Acquire);
+        if shared.is_null() {
+            return None;
+        }
+        // SAFETY: `shared` came from `Arc::into_raw` and its count is held by `self` (see
+        // `shared`): one more is taken for the handle returned.
+        unsafe {
+            Arc::increment_strong_count(shared);
+            Some(Arc::from_raw(shared))
+        }
+    }
+
+    /// The `GreenWaker`, made now if no clone has made it yet.
+    fn shared_or_make(&self) -> *const GreenWaker {
+        let shared = self.shared.load(Ordering::Acquire);
+        if !shared.is_null() {
+            return shared;
+        }
+        let made = Arc::into_raw((self.make)()).cast_mut();
+        match self.shared.compare_exchange(
+            std::ptr::null_mut(),
+            made,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => made,
+            Err(published) => {
+                // SAFETY: `made` came from `Arc::into_raw` above and was published nowhere.
+                drop(unsafe { Arc::from_raw(made) });
+                published
+            }
+        }
     }
 
     /// Whether a wake by reference came through this waker.
     pub(super) fn take_woken(&self) -> bool {
-        self.woken.swap(false, Ordering::Acquire)
+        // A load first: the flag is almost always clear, and a load is cheaper than a swap.
+        self.woken.load(Ordering::Acquire) && self.woken.swap(false, Ordering::Acquire)
     }
 
     /// Takes the `GreenWaker` out (the call is over).
     pub(super) fn into_shared(self) -> Option<Arc<GreenWaker>> {
-        self.shared.into_inner()
+        let shared = self.shared.swap(std::ptr::null_mut(), Ordering::Acquire);
+        // SAFETY: a non-null pointer holds the count `self` owned, handed over here (the
+        // pointer is null now, so `drop` does not release it again).
+        (!shared.is_null()).then(|| unsafe { Arc::from_raw(shared) })
     }
 
     /// # Safety
@@ -210,9 +255,13 @@ impl<F: Fn() -> Arc<GreenWaker> + Sync> FirstPollWaker<F> {
     unsafe fn clone_raw(data: *const ()) -> RawWaker {
         // SAFETY: the caller's contract.
         let this = unsafe { &*data.cast::<Self>() };
-        let shared = this.shared.get_or_init(&this.make).clone();
+        let shared = this.shared_or_make();
+        // SAFETY: `shared` holds a count owned by `this`; the waker made takes one more.
+        let owned = ManuallyDrop::new(Waker::from(unsafe {
+            Arc::increment_strong_count(shared);
+            Arc::from_raw(shared)
+        }));
         // The owned waker's parts are handed over whole (its count goes with them).
-        let owned = ManuallyDrop::new(Waker::from(shared));
         RawWaker::new(owned.data(), owned.vtable())
     }
 
@@ -222,10 +271,20 @@ impl<F: Fn() -> Arc<GreenWaker> + Sync> FirstPollWaker<F> {
         // SAFETY: the caller's contract.
         let this = unsafe { &*data.cast::<Self>() };
         this.woken.store(true, Ordering::Release);
-        if let Some(shared) = this.shared.get() {
+        if let Some(shared) = this.shared() {
             shared.notify();
         }
     }
 
     fn drop_raw(_: *const ()) {}
+}
+
+impl<F: Fn() -> Arc<GreenWaker> + Sync> Drop for FirstPollWaker<F> {
+    fn drop(&mut self) {
+        let shared = *self.shared.get_mut();
+        if !shared.is_null() {
+            // SAFETY: the count `self` owns (see `into_shared`).
+            drop(unsafe { Arc::from_raw(shared) });
+        }
+    }
 }
