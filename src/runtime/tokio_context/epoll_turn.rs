@@ -12,8 +12,9 @@
 //! driver computes the wait until its next timer and the I/O driver calls `epoll_wait(epfd, ..,
 //! timeout)`. Intercepted, that call asks the kernel with a zero timeout. If that brought
 //! events, tokio dispatches them, runs the tasks they woke and polls again; that second poll
-//! (or a first that found nothing) ends the turn: the timeout tokio asked for is recorded,
-//! `TurnOnce` is woken, and tokio polls it again, ready (see [`intercept_epoll_wait`]).
+//! (or a first that found nothing) ends the turn without asking the kernel again: the timeout
+//! tokio asked for is recorded, `TurnOnce` is woken, and tokio polls it again, ready (see
+//! [`intercept_epoll_wait`]).
 //!
 //! May not: intercept any `epoll_wait` but the first one of a turn on the worker's own tokio
 //! epoll fd (the first turn learns it), or wait in the kernel during a turn.
@@ -34,6 +35,7 @@ thread_local! {
             polled: Cell::new(false),
             timeout: Cell::new(-1),
             rounds: Cell::new(0),
+            full: Cell::new(false),
             waker: Cell::new(None),
         }
     };
@@ -52,6 +54,8 @@ struct Turn {
     timeout: Cell<c_int>,
     /// How many times the driver has polled this turn.
     rounds: Cell<u32>,
+    /// The first poll filled tokio's event buffer: more events may wait, with no new edge.
+    full: Cell<bool>,
     /// `TurnOnce`'s waker, woken when the driver has polled.
     waker: Cell<Option<Waker>>,
 }
@@ -72,6 +76,7 @@ pub(super) fn turn(runtime: &tokio::runtime::Runtime, epfd: Option<c_int>) -> Tu
         turn.polled.set(false);
         turn.timeout.set(-1);
         turn.rounds.set(0);
+        turn.full.set(false);
     });
     let ended = EndTurn;
     runtime.block_on(TurnOnce);
@@ -130,15 +135,14 @@ impl Future for TurnOnce {
 /// What `epoll_wait(epfd, events, maxevents, timeout)` returns when it is tokio's driver
 /// polling during a turn on this OS thread (`None` otherwise: the call is not ours to change).
 ///
-/// A turn polls at most twice. The first poll asks the kernel without waiting; if that brought
-/// events (or tokio asked for no wait: a timer is due, or it has tasks left), tokio dispatches
-/// them, runs the tasks they woke and polls again. The turn ends at the first poll that found
-/// nothing, or at the second: the timeout tokio asked for is recorded, `TurnOnce` is woken,
-/// and the kernel is asked (without waiting) for what is there, the wake-up's own event
-/// among it (tokio's waker writes an eventfd in this same epoll), so that it does not leave
-/// tokio's epoll fd readable for nothing. Anything more that came is dispatched too, and its
-/// tasks run at the next turn, which is then due at once; so tokio tasks that keep each other
-/// busy share the worker with its green threads.
+/// A turn asks the kernel once, without waiting, at its first poll. If that brought events (or
+/// tokio asked for no wait: a timer is due, or it has tasks left), tokio dispatches them, runs
+/// the tasks they woke and polls again. The turn ends at the first poll that found nothing, or
+/// at the second, which asks the kernel nothing: the timeout tokio asked for is recorded
+/// ("now" if it asked for none, or the first poll filled the buffer), and `TurnOnce` is woken
+/// (from inside the runtime: tokio then writes no eventfd). An event that came after the first
+/// poll is a new edge of tokio's epoll fd in the worker's reactor (its ready list gained an
+/// entry), which makes the next turn due.
 ///
 /// # Safety
 /// That of libc's `epoll_wait`.
@@ -160,9 +164,14 @@ pub(crate) unsafe fn intercept_epoll_wait(
         })
         .ok()
         .flatten()?;
+    let mut found = 0;
     if first {
         // SAFETY: the caller's contract is libc's, passed on with a zero timeout.
-        let found = unsafe { real_epoll_wait(epfd, events, maxevents, 0) };
+        found = unsafe { real_epoll_wait(epfd, events, maxevents, 0) };
+        if found == maxevents {
+            // More may be left in tokio's ready list, with no new edge to say so.
+            TURN.with(|turn| turn.full.set(true));
+        }
         if found != 0 || timeout == 0 {
             return Some(found);
         }
@@ -170,19 +179,17 @@ pub(crate) unsafe fn intercept_epoll_wait(
     // The turn ends here.
     let waker = TURN.with(|turn| {
         turn.polled.set(true);
-        turn.timeout.set(timeout);
+        turn.timeout.set(if turn.full.get() || timeout == 0 {
+            0
+        } else {
+            timeout
+        });
         turn.waker.take()
     });
     if let Some(waker) = waker {
         waker.wake();
     }
-    // SAFETY: as above.
-    let taken = unsafe { real_epoll_wait(epfd, events, maxevents, 0) };
-    // More than the wake-up's own event, or work tokio said it has left: turn again soon.
-    if taken > 1 || taken == maxevents || timeout == 0 {
-        TURN.with(|turn| turn.timeout.set(0));
-    }
-    Some(taken)
+    Some(found)
 }
 
 /// libc's `epoll_wait`: with the `hooks` feature, the one `sys::real` resolved; without it
