@@ -41,10 +41,6 @@ impl Heartbeat {
         }
     }
 
-    fn ticks(&self) -> u64 {
-        self.ticks.get()
-    }
-
     fn stop(self) {
         self.stop.set(true);
         self.handle.join().unwrap();
@@ -52,17 +48,36 @@ impl Heartbeat {
 }
 
 #[test]
-fn a_tokio_sleep_in_block_on_works_as_written_and_parks_only_its_green_thread() {
+fn a_tokio_sleep_in_block_on_works_as_written() {
+    greenweave::run(|| {
+        let start = std::time::Instant::now();
+        // Made outside any future: tokio's context is current in every green thread.
+        block_on(tokio::time::sleep(Duration::from_millis(20)));
+        assert!(start.elapsed() >= Duration::from_millis(20));
+    });
+}
+
+#[test]
+fn a_green_thread_in_block_on_parks_only_itself() {
+    let done = hang_watchdog("a_green_thread_in_block_on_parks_only_itself");
     greenweave::run(|| {
         let heartbeat = Heartbeat::start();
-        thread::yield_now();
-        let before = heartbeat.ticks();
-        // Made outside any future: tokio's context is current in every green thread.
-        block_on(tokio::time::sleep(Duration::from_millis(50)));
-        // The heartbeat ran while the sleep was pending: the worker was not blocked.
-        assert!(heartbeat.ticks() > before, "the heartbeat never ticked");
+        // A tokio future that only the heartbeat green thread completes, after three ticks:
+        // were the worker blocked while this green thread waits, it would never be.
+        let (sender, receiver) = tokio::sync::oneshot::channel();
+        let ticks = heartbeat.ticks.clone();
+        let notifier = greenweave::spawn(move || {
+            while ticks.get() < 3 {
+                thread::sleep(Duration::from_millis(1));
+            }
+            sender.send(ticks.get()).unwrap();
+        });
+        let ticks_seen = block_on(receiver).unwrap();
+        assert!(ticks_seen >= 3);
+        notifier.join().unwrap();
         heartbeat.stop();
     });
+    done.store(true, Ordering::SeqCst);
 }
 
 #[test]
