@@ -29,6 +29,8 @@ mod redis_server;
 mod server_process;
 #[path = "common/spawn_watch.rs"]
 mod spawn_watch;
+#[path = "common/tokio_program.rs"]
+mod tokio_program;
 
 use std::io::BufReader;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -369,22 +371,13 @@ fn tokio_tasks_await_green_threads_of_a_started_runtime_that_each_run_tokio_post
             .start()
             .unwrap(),
     );
-    let program = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let program = tokio_program::runtime();
     let done = Arc::new(AtomicBool::new(false));
     program.block_on(async {
         // The program's heartbeat: its threads stay free while every task awaits.
-        let heartbeat = tokio::spawn({
-            let (log, done) = (log.clone(), done.clone());
-            async move {
-                while !done.load(Ordering::Acquire) {
-                    log.push(Event::Tick);
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-            }
+        let heartbeat = tokio_program::heartbeat(&done, {
+            let log = log.clone();
+            move || log.push(Event::Tick)
         });
         let tasks: Vec<_> = (0..TASKS)
             .map(|id| {

@@ -19,6 +19,8 @@ mod redis_server;
 mod server_process;
 #[path = "common/spawn_watch.rs"]
 mod spawn_watch;
+#[path = "common/tokio_program.rs"]
+mod tokio_program;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -139,22 +141,13 @@ fn a_hundred_tokio_tasks_await_green_threads_that_all_wait_in_blocking_redis_cal
             .start()
             .unwrap(),
     );
-    let tokio = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let tokio = tokio_program::runtime();
     let client = redis::Client::open(url).unwrap();
     let done = Arc::new(AtomicBool::new(false));
     tokio.block_on(async {
-        let heartbeat = tokio::spawn({
-            let (log, done) = (log.clone(), done.clone());
-            async move {
-                while !done.load(Ordering::Acquire) {
-                    log.push(Event::Tick);
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-            }
+        let heartbeat = tokio_program::heartbeat(&done, {
+            let log = log.clone();
+            move || log.push(Event::Tick)
         });
         let tasks: Vec<_> = (0..TASKS)
             .map(|task| {
