@@ -276,39 +276,50 @@ impl r2d2::ManageConnection for PostgresManager {
 /// before the abort: its panic hook does, at tokio's first panic in a green thread.
 #[test]
 fn r2d2_postgres_checked_out_by_two_green_threads_of_one_worker_aborts_saying_why() {
-    let Some(server) = PostgresServer::start() else {
-        return;
+    const NAME: &str =
+        "r2d2_postgres_checked_out_by_two_green_threads_of_one_worker_aborts_saying_why";
+    // The parent starts the server and stops it; the child, which aborts, only connects (a
+    // server it started itself would outlive it).
+    const PARAMS: &str = "GREENWEAVE_TEST_POSTGRES_PARAMS";
+    let server = if common::is_child_of(NAME) {
+        None
+    } else {
+        match PostgresServer::start() {
+            Some(server) => Some(server),
+            None => return,
+        }
     };
-    let outcome = common::run_in_child(
-        "r2d2_postgres_checked_out_by_two_green_threads_of_one_worker_aborts_saying_why",
-        || {
-            greenweave::run(|| {
-                let pool = r2d2::Pool::builder()
-                    .max_size(2)
-                    .build(PostgresManager(server.params()))
-                    .unwrap();
-                let in_query = Arc::new(AtomicBool::new(false));
-                let first = greenweave::spawn({
-                    let (pool, in_query) = (pool.clone(), in_query.clone());
-                    move || {
-                        let mut client = pool.get().unwrap();
-                        in_query.store(true, Ordering::Release);
-                        client.execute("SELECT pg_sleep(2)", &[]).unwrap();
-                    }
-                });
-                while !in_query.load(Ordering::Acquire) {
-                    greenweave::thread::sleep(Duration::from_millis(1));
+    let params = match &server {
+        Some(server) => server.params(),
+        None => std::env::var(PARAMS).expect("the parent passes the server's parameters"),
+    };
+    let outcome = common::run_in_child_with_env(NAME, &[(PARAMS, params.clone())], || {
+        greenweave::run(|| {
+            let pool = r2d2::Pool::builder()
+                .max_size(2)
+                .build(PostgresManager(params))
+                .unwrap();
+            let in_query = Arc::new(AtomicBool::new(false));
+            let first = greenweave::spawn({
+                let (pool, in_query) = (pool.clone(), in_query.clone());
+                move || {
+                    let mut client = pool.get().unwrap();
+                    in_query.store(true, Ordering::Release);
+                    client.execute("SELECT pg_sleep(2)", &[]).unwrap();
                 }
-                // Let the first enter its call and park there.
-                greenweave::thread::sleep(Duration::from_millis(100));
-                let second = greenweave::spawn(move || drop(pool.get()));
-                let _ = second.join();
-                let _ = first.join();
             });
-            println!("both green threads ended");
-            std::process::exit(0);
-        },
-    );
+            while !in_query.load(Ordering::Acquire) {
+                greenweave::thread::sleep(Duration::from_millis(1));
+            }
+            // Let the first enter its call and park there.
+            greenweave::thread::sleep(Duration::from_millis(100));
+            let second = greenweave::spawn(move || drop(pool.get()));
+            let _ = second.join();
+            let _ = first.join();
+        });
+        println!("both green threads ended");
+        std::process::exit(0);
+    });
     common::assert_aborted_saying(&outcome, "panic in a destructor during cleanup");
     common::assert_aborted_saying(
         &outcome,

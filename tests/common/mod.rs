@@ -69,7 +69,25 @@ impl ChildOutcome {
 /// which must end the process (by crashing, or with `std::process::exit` to show it did not);
 /// if `child` returns, the child test fails.
 pub fn run_in_child(test_name: &str, child: impl FnOnce()) -> ChildOutcome {
-    if env::var_os(CHILD_ENV).is_some_and(|name| name == test_name) {
+    run_in_child_with_env(test_name, &[], child)
+}
+
+/// Whether this process is the child that [`run_in_child`] starts for `test_name`: for a test
+/// whose parent part must not run again there (it starts a server that the crashing child
+/// could not stop; the child gets what it needs through [`run_in_child_with_env`]).
+#[allow(dead_code)] // only some test binaries have such a test
+pub fn is_child_of(test_name: &str) -> bool {
+    env::var_os(CHILD_ENV).is_some_and(|name| name == test_name)
+}
+
+/// [`run_in_child`], with `env` set in the child's environment (what the parent started for
+/// it: a server's address).
+pub fn run_in_child_with_env(
+    test_name: &str,
+    env: &[(&str, String)],
+    child: impl FnOnce(),
+) -> ChildOutcome {
+    if is_child_of(test_name) {
         println!("{CHILD_STARTED}");
         eprintln!("{CHILD_STARTED}");
         child();
@@ -78,7 +96,7 @@ pub fn run_in_child(test_name: &str, child: impl FnOnce()) -> ChildOutcome {
     let mut last = None;
     for launcher in launchers() {
         for _ in 0..START_TRIES {
-            let (outcome, stuck_before_start) = spawn_child(launcher.as_deref(), test_name);
+            let (outcome, stuck_before_start) = spawn_child(launcher.as_deref(), test_name, env);
             if outcome.stdout.contains(CHILD_STARTED) {
                 return outcome;
             }
@@ -96,7 +114,11 @@ pub fn run_in_child(test_name: &str, child: impl FnOnce()) -> ChildOutcome {
 
 /// Runs this test binary, through `launcher` if given, for the child part of `test_name`.
 /// Returns how it ended, and whether it was killed for not starting within [`START_LIMIT`].
-fn spawn_child(launcher: Option<&[String]>, test_name: &str) -> (ChildOutcome, bool) {
+fn spawn_child(
+    launcher: Option<&[String]>,
+    test_name: &str,
+    env: &[(&str, String)],
+) -> (ChildOutcome, bool) {
     let exe = env::current_exe().expect("the test binary knows its own path");
     let mut command = match launcher {
         Some([program, args @ ..]) => {
@@ -115,7 +137,8 @@ fn spawn_child(launcher: Option<&[String]>, test_name: &str) -> (ChildOutcome, b
             "--nocapture",
             "--test-threads=1",
         ])
-        .env(CHILD_ENV, test_name);
+        .env(CHILD_ENV, test_name)
+        .envs(env.iter().map(|(name, value)| (name, value)));
     // Under AddressSanitizer, whose SIGSEGV/SIGBUS handler would otherwise be the one that
     // greenweave's handler passes a fault it does not own to (and that reports it and exits
     // with status 1): these children test what the process's own handlers, greenweave's and
