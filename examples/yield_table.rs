@@ -1,13 +1,21 @@
 //! How the cost of a yield grows with the number of runnable green threads: N green threads
-//! (N = 10, 1,000, 100,000) each call `thread::yield_now` in a loop, round-robin through the
-//! scheduler's FIFO ready queue, and the table gives nanoseconds per yield (one switch into a
-//! green thread and one out, plus the queue). Each row makes about the same number of yields,
-//! so the rows take about as long as each other; rows are repeated (`--repeat`) and the median
-//! printed.
+//! (N = 10, 32, 33, 1,000, 100,000) each call `thread::yield_now` in a loop, round-robin
+//! through the scheduler's FIFO ready queue, and the table gives nanoseconds per yield (one
+//! switch into a green thread and one out, plus the queue). Each row makes about the same
+//! number of yields, so the rows take about as long as each other; rows are repeated
+//! (`--repeat`) and the median printed.
+//!
+//! 32 and 33 straddle the queue length from which the scheduler prefetches (its
+//! `PREFETCH_MIN_QUEUE`): a hint that misbehaves shows there as a step (issue 33 found a yield
+//! among 33 costing 19 times one among 32). After the table, every step between neighbouring
+//! rows is checked against the caches: a step of more than 1.5x is explained only if the
+//! green threads' working set (about [`BYTES_PER_GREEN_THREAD`] each) outgrows a cache level
+//! of this CPU between the two rows. An unexplained step is printed as such; with `--check`
+//! it also makes the exit status 1.
 //!
 //! ```sh
 //! cargo run --release --example yield_table                 # 2,000,000 yields a row, 5 repeats
-//! cargo run --release --example yield_table -- --quick      # 10/100/1,000, 20,000 yields (CI)
+//! cargo run --release --example yield_table -- --quick      # 10/32/33/1,000, 20,000 yields (CI)
 //! cargo run --release --example yield_table -- --counts 10,100000 --yields 4000000
 //! ```
 //!
@@ -17,24 +25,39 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-const USAGE: &str = "usage: yield_table [--quick] [--counts N,N,...] [--yields Y] [--repeat R]
+const USAGE: &str =
+    "usage: yield_table [--quick] [--counts N,N,...] [--yields Y] [--repeat R] [--check]
 
-  --counts N,...        numbers of runnable green threads (default 10,1000,100000)
+  --counts N,...        numbers of runnable green threads (default 10,32,33,1000,100000)
   --yields Y            yields per row, shared among its green threads (default 2000000)
   --repeat R            runs of each row; the median is printed (default 5)
-  --quick               10, 100 and 1000 green threads, 20000 yields a row, one run (CI)";
+  --quick               10, 32, 33 and 1000 green threads, 20000 yields a row, one run (CI)
+  --check               exit with status 1 if a step between rows is larger than the caches
+                        explain";
+
+/// What one runnable green thread's yield touches, for the step check: the hot lines of its
+/// task record (4 of 64 bytes) and its stack from the saved frame to the top (a yield parks
+/// about 312 bytes below it: 5 lines). An estimate; it only decides which rows a cache level
+/// falls between.
+const BYTES_PER_GREEN_THREAD: usize = 9 * 64;
+
+/// A step between neighbouring rows up to this ratio passes without explanation (noise, the
+/// queue's own growth).
+const UNEXPLAINED_STEP_LIMIT: f64 = 1.5;
 
 struct Options {
     counts: Vec<usize>,
     yields: usize,
     repeat: usize,
+    check: bool,
 }
 
 fn parse() -> Result<Options, String> {
     let mut options = Options {
-        counts: vec![10, 1_000, 100_000],
+        counts: vec![10, 32, 33, 1_000, 100_000],
         yields: 2_000_000,
         repeat: 5,
+        check: false,
     };
     let mut args = std::env::args().skip(1);
     let number = |flag: &str, value: Option<String>| -> Result<usize, String> {
@@ -48,7 +71,7 @@ fn parse() -> Result<Options, String> {
         match arg.as_str() {
             "--quick" => {
                 // Small enough for qemu, where each stack is two mappings (PROT_NONE guards).
-                options.counts = vec![10, 100, 1_000];
+                options.counts = vec![10, 32, 33, 1_000];
                 options.yields = 20_000;
                 options.repeat = 1;
             }
@@ -61,6 +84,7 @@ fn parse() -> Result<Options, String> {
             }
             "--yields" => options.yields = number("--yields", args.next())?,
             "--repeat" => options.repeat = number("--repeat", args.next())?,
+            "--check" => options.check = true,
             "-h" | "--help" => return Err(String::new()),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -111,11 +135,91 @@ fn main() -> ExitCode {
     };
     println!("| runnable green threads | ns per yield |");
     println!("|---|---|");
+    let mut rows = Vec::new();
     for &count in &options.counts {
         let runs = (0..options.repeat)
             .map(|_| measure(count, options.yields))
             .collect();
-        println!("| {count} | {:.1} |", median(runs));
+        let ns = median(runs);
+        println!("| {count} | {ns:.1} |");
+        rows.push((count, ns));
+    }
+    let caches = cache_sizes();
+    let unexplained = unexplained_steps(&rows, &caches);
+    for step in &unexplained {
+        println!("unexplained step: {step}");
+    }
+    if unexplained.is_empty() {
+        println!(
+            "steps: none above {UNEXPLAINED_STEP_LIMIT}x that the caches ({}) do not explain",
+            describe(&caches)
+        );
+    }
+    if options.check && !unexplained.is_empty() {
+        return ExitCode::from(1);
     }
     ExitCode::SUCCESS
+}
+
+/// The steps between neighbouring rows (`(green threads, ns per yield)`, in the order run)
+/// that grow by more than [`UNEXPLAINED_STEP_LIMIT`] while the working set outgrows no cache.
+fn unexplained_steps(rows: &[(usize, f64)], caches: &[usize]) -> Vec<String> {
+    rows.windows(2)
+        .filter_map(|pair| {
+            let [(from, from_ns), (to, to_ns)] = [pair[0], pair[1]];
+            let ratio = to_ns / from_ns;
+            let (small, large) = (
+                from.min(to) * BYTES_PER_GREEN_THREAD,
+                from.max(to) * BYTES_PER_GREEN_THREAD,
+            );
+            let crosses_a_cache = caches.iter().any(|&size| small <= size && size < large);
+            (ratio > UNEXPLAINED_STEP_LIMIT && !crosses_a_cache).then(|| {
+                format!(
+                    "{from} -> {to} green threads: {ratio:.1}x per yield, while their working set \
+                     ({small} -> {large} bytes) stays within one cache level"
+                )
+            })
+        })
+        .collect()
+}
+
+/// The data and unified cache sizes of CPU 0, from sysfs (empty if it cannot be read: then
+/// every large step is reported).
+fn cache_sizes() -> Vec<usize> {
+    let mut sizes = Vec::new();
+    for index in 0.. {
+        let dir = format!("/sys/devices/system/cpu/cpu0/cache/index{index}");
+        let Ok(kind) = std::fs::read_to_string(format!("{dir}/type")) else {
+            break;
+        };
+        if kind.trim() == "Instruction" {
+            continue;
+        }
+        let Ok(size) = std::fs::read_to_string(format!("{dir}/size")) else {
+            continue;
+        };
+        let size = size.trim();
+        let (digits, unit) = size.split_at(size.trim_end_matches(char::is_alphabetic).len());
+        let Ok(number) = digits.parse::<usize>() else {
+            continue;
+        };
+        sizes.push(match unit {
+            "K" => number << 10,
+            "M" => number << 20,
+            "G" => number << 30,
+            _ => number,
+        });
+    }
+    sizes
+}
+
+fn describe(caches: &[usize]) -> String {
+    if caches.is_empty() {
+        return "unknown".to_owned();
+    }
+    caches
+        .iter()
+        .map(|size| format!("{} KiB", size >> 10))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

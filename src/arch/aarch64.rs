@@ -158,6 +158,10 @@ pub(super) unsafe fn suspend_last(to: StackPointer, data: usize) -> ! {
     unsafe { leave_by!(greenweave_switch_last_ret, to, data) }
 }
 
+/// Bytes of the frame every switch saves at a suspended stack's pointer: x29 and x30, then x19 and its padding word
+/// (see the table at the top of the assembly file).
+pub(super) const SAVED_FRAME_BYTES: usize = 32;
+
 /// Bytes of the initial frame: the switch's 32 and the entry's 16-byte slot above it.
 pub(super) const INITIAL_FRAME_BYTES: usize = 48;
 

@@ -54,6 +54,10 @@ macro_rules! announced {
     }};
 }
 
+/// Bytes of the register frame saved at a suspended stack's pointer: what a switch to that
+/// stack reads first.
+pub(crate) const SAVED_FRAME_BYTES: usize = imp::SAVED_FRAME_BYTES;
+
 /// Bytes that [`init_stack`] uses at the top of a fresh stack before the entry runs.
 pub(crate) const INITIAL_FRAME_BYTES: usize = imp::INITIAL_FRAME_BYTES;
 

@@ -159,6 +159,10 @@ pub(super) unsafe fn suspend_last(to: StackPointer, data: usize) -> ! {
     unsafe { leave_by!(greenweave_switch_last_ret, to, data) }
 }
 
+/// Bytes of the frame every switch saves at a suspended stack's pointer: rbx, rbp and the resume address
+/// (see the table at the top of the assembly file).
+pub(super) const SAVED_FRAME_BYTES: usize = 24;
+
 /// Bytes of the initial frame, including the padding word.
 pub(super) const INITIAL_FRAME_BYTES: usize = 40;
 

@@ -31,11 +31,22 @@ const CACHE_LINE: usize = 64;
 /// Lines of a task record prefetched ahead of its turn.
 const RECORD_LINES_PREFETCHED: usize = 4;
 
-/// Lines from a suspended task's saved stack pointer prefetched ahead of its turn: the saved
-/// registers (56 bytes on x86_64, 160 on aarch64) and the frames a resume returns through. A
-/// green thread parked in a socket read resumes through about 700 bytes of frames (the switch,
-/// `Source::park_until`, `Source::do_io`, the `Read` impl) before its own code; a yield, less.
+/// At most this many lines from a suspended task's saved stack pointer are prefetched ahead of
+/// its turn: the saved registers (24 bytes on x86_64, 32 on aarch64) and the frames a resume
+/// returns through. A green thread parked in a socket read resumes through about 700 bytes of
+/// frames (the switch, `Source::park_until`, `Source::do_io`, the `Read` impl) before its own
+/// code; a yield, about 312 bytes, all there is up to its stack's top. The lines stop at the
+/// top (`Coroutine::resume_window`): past it lies the next mapping, often a neighbouring
+/// stack's guard region, which no translation is cached for.
 const RESUME_LINES_PREFETCHED: usize = 12;
+
+/// How many lines to prefetch from a resume window of `bytes` (`Coroutine::resume_window`):
+/// only lines that start inside it, so a frame parked close to its stack's top (a yield, a
+/// sleep) gets fewer than [`RESUME_LINES_PREFETCHED`].
+#[inline(always)]
+fn resume_lines(bytes: usize) -> usize {
+    bytes.div_ceil(CACHE_LINE).min(RESUME_LINES_PREFETCHED)
+}
 
 /// Prefetches `lines` cache lines from `start` on.
 #[inline(always)]
@@ -417,11 +428,11 @@ impl Task {
         let Ok(coroutine) = self.coroutine.try_borrow() else {
             return;
         };
-        if let Some(frame) = coroutine
+        if let Some((frame, bytes)) = coroutine
             .as_ref()
-            .and_then(|coroutine| coroutine.resume_point())
+            .and_then(|coroutine| coroutine.resume_window())
         {
-            prefetch_lines(frame, RESUME_LINES_PREFETCHED);
+            prefetch_lines(frame, resume_lines(bytes));
         }
     }
 
@@ -708,6 +719,21 @@ mod tests {
         assert_eq!(drops.get(), 1);
         drop(boxed);
         assert_eq!(drops.get(), 6);
+    }
+
+    #[test]
+    fn the_resume_prefetch_never_starts_a_line_past_the_window() {
+        // A yield parks 312 bytes below its stack's top (x86_64): 5 lines, the last starting
+        // at 256, inside; 12 lines (768 bytes) would have run 456 bytes into the next mapping.
+        for bytes in [1, 24, 63, 64, 65, 312, 700, 768, 769, 4096] {
+            let lines = resume_lines(bytes);
+            assert!(lines >= 1);
+            assert!(
+                (lines - 1) * CACHE_LINE < bytes,
+                "{bytes} bytes: {lines} lines"
+            );
+            assert!(lines == RESUME_LINES_PREFETCHED || lines * CACHE_LINE >= bytes);
+        }
     }
 
     #[test]
