@@ -72,9 +72,9 @@ pub fn timeout_at<T>(deadline: Instant, body: impl FnOnce() -> T) -> Result<T, E
         Some((outer_deadline, _)) if outer_deadline <= deadline => outer,
         _ => Some((deadline, token)),
     };
-    task.scope_deadline.set(inner);
+    task.set_scope_deadline(inner);
     let result = panic::catch_unwind(AssertUnwindSafe(body));
-    task.scope_deadline.set(outer);
+    task.set_scope_deadline(outer);
     match result {
         Ok(value) => Ok(value),
         Err(payload) => match payload.downcast_ref::<ScopeElapsed>() {

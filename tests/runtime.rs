@@ -548,6 +548,48 @@ fn a_timeout_ends_a_loop_of_zero_sleeps_with_elapsed() {
 }
 
 #[test]
+fn a_timeout_ends_a_loop_of_yields_with_elapsed() {
+    let outcome = greenweave::run(|| {
+        let start = Instant::now();
+        greenweave::time::timeout(Duration::from_millis(10), || {
+            while start.elapsed() < HANG_LIMIT {
+                thread::yield_now();
+            }
+        })
+    });
+    assert!(outcome.is_err(), "the loop of yields was not ended");
+}
+
+/// A yield learns of a `timeout` in force from a bit beside the cancellation's: an inner
+/// scope that ends must give the outer one back, and a scope that ended must leave no trace.
+#[test]
+fn an_inner_timeout_that_returns_leaves_the_outer_one_in_force_and_the_last_leaves_none() {
+    let (inner, outer, after) = greenweave::run(|| {
+        let start = Instant::now();
+        let mut inner = None;
+        let outer = greenweave::time::timeout(Duration::from_millis(10), || {
+            inner = Some(greenweave::time::timeout(HANG_LIMIT, || "inner finished"));
+            while start.elapsed() < HANG_LIMIT {
+                thread::yield_now();
+            }
+        });
+        // Past both deadlines, yields and a sleep run to their end.
+        let ended = Instant::now();
+        while ended.elapsed() < Duration::from_millis(20) {
+            thread::yield_now();
+        }
+        thread::sleep(Duration::from_millis(1));
+        (inner, outer, "yields after the scopes ran to their end")
+    });
+    assert_eq!(inner, Some(Ok("inner finished")));
+    assert!(
+        outer.is_err(),
+        "the outer timeout did not end the loop of yields"
+    );
+    assert_eq!(after, "yields after the scopes ran to their end");
+}
+
+#[test]
 fn cancel_unwinds_a_green_thread_looping_on_zero_sleeps() {
     let drops = Rc::new(Cell::new(0));
     let d = drops.clone();

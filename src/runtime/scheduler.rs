@@ -1486,7 +1486,12 @@ pub(crate) fn park(
     let task = ManuallyDrop::new(unsafe { Rc::from_raw(task) });
     deliver_pending_cancellation(&task);
     // A `time::timeout` in force bounds this park too (and ends here if it has passed).
-    let (effective_deadline, scope) = match task.scope_deadline.get() {
+    let scope_in_force = if task.attention.get() & Task::IN_SCOPE != 0 {
+        task.scope_deadline.get()
+    } else {
+        None
+    };
+    let (effective_deadline, scope) = match scope_in_force {
         None => (deadline, None),
         Some(scope) => bound_by_scope(deadline, scope),
     };
@@ -1637,8 +1642,10 @@ pub(crate) fn yield_now(what: &str) {
     // SAFETY: `run_task` holds the task's Rc until this green thread suspends below, and the
     // reference is not used after the suspend.
     let task = unsafe { &*task };
-    deliver_pending_cancellation(task);
-    end_scope_if_elapsed(task.scope_deadline.get());
+    // One load for the cancellation, the stall report and a `time::timeout` in force.
+    if task.attention.get() != 0 {
+        attend_at_yield(task);
+    }
     // A yielded task goes straight back to the ready queue, never through `unpark`, so it is
     // always resumed with `Wake::Notified`; a cancellation requested meanwhile is delivered at
     // its next park.
@@ -1718,9 +1725,18 @@ pub(crate) fn is_interruption(payload: &(dyn std::any::Any + Send)) -> bool {
 /// the report costs a park nothing while it is off.
 #[inline]
 fn deliver_pending_cancellation(task: &Task) {
-    if task.attention.get() != 0 {
+    if task.attention.get() & (Task::CANCEL | Task::STALL_WATCHED) != 0 {
         attend(task);
     }
+}
+
+/// What a yield does when its task needs attention: a park's (above), and the end of a
+/// `time::timeout` scope whose deadline has passed.
+#[cold]
+#[inline(never)]
+fn attend_at_yield(task: &Task) {
+    deliver_pending_cancellation(task);
+    end_scope_if_elapsed(task.scope_deadline.get());
 }
 
 /// What a park or yield does when its task needs attention: the stall report's look first
