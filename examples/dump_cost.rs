@@ -86,7 +86,13 @@ fn measure(count: usize, shapes: usize, backtraces: bool, render: bool) {
     let handles: Vec<_> = (0..count)
         .map(|index| {
             let event = event.clone();
-            greenweave::spawn(move || wait_for_the_end(&event, index % shapes))
+            let depth = index % shapes;
+            if depth == 0 {
+                // The closure of issue 24's measurement, for the same heap layout.
+                greenweave::spawn(move || wait_for_the_end(&event, 0))
+            } else {
+                greenweave::spawn(move || wait_for_the_end(&event, depth))
+            }
         })
         .collect();
     greenweave::thread::yield_now(); // every one runs once and parks
