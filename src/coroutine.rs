@@ -210,6 +210,13 @@ impl<I, Y, R> Coroutine<I, Y, R> {
         }
     }
 
+    /// The usable bytes of its own stack, `limit..top` (a suspended frame found elsewhere by
+    /// [`suspended_at`](Coroutine::suspended_at) lies on another coroutine's or greenlet's
+    /// stack). For reading a suspended stack (`runtime::dump`).
+    pub(crate) fn stack_bounds(&self) -> core::ops::Range<usize> {
+        self.stack.limit()..self.stack.top().as_ptr() as usize
+    }
+
     /// Where the next resume will read first: the saved register frame of a suspended (or
     /// unstarted) coroutine, for the scheduler to prefetch before it gets there. `None` once it
     /// has finished.

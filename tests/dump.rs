@@ -879,3 +879,168 @@ fn a_dump_from_another_worker_names_a_spinning_worker_and_what_its_thread_does()
         "{line}"
     );
 }
+
+#[inline(never)]
+fn parks_in_shape_a() {
+    thread::sleep(LONG);
+    stays_in_the_backtrace(16);
+}
+
+#[inline(never)]
+fn parks_in_shape_b() {
+    thread::sleep(LONG);
+    stays_in_the_backtrace(17);
+}
+
+/// Parks `depth` calls of itself deep.
+#[inline(never)]
+fn parks_at_depth(depth: usize) {
+    if depth == 0 {
+        thread::sleep(LONG);
+    } else {
+        parks_at_depth(depth - 1);
+    }
+    stays_in_the_backtrace(18);
+}
+
+/// Dumps with backtraces once every green thread but the caller is parked (spawned on other
+/// workers, they park in their own time).
+fn dump_once_all_parked() -> Dump {
+    let me = thread::current().id().as_u64();
+    dump_when(|dump| {
+        dump.green_threads()
+            .iter()
+            .all(|thread| thread.id() == me || thread.state() == GreenThreadState::Parked)
+    });
+    greenweave::runtime::dump()
+}
+
+fn frames_naming(thread: &GreenThread, function: &str) -> usize {
+    thread.backtrace().map_or(0, |frames| {
+        frames
+            .iter()
+            .filter(|frame| frame.symbol().contains(function))
+            .count()
+    })
+}
+
+fn same_backtrace(first: &GreenThread, second: &GreenThread) -> bool {
+    std::ptr::eq(first.backtrace().unwrap(), second.backtrace().unwrap())
+}
+
+#[test]
+fn green_threads_parked_through_the_same_calls_share_one_backtrace_and_each_names_its_own_function()
+{
+    let runtime = Runtime::builder().workers(2).build().unwrap();
+    runtime.run(|| {
+        // Two shapes of the same depth, parked at the same switch, interleaved on both workers:
+        // 16 green threads of each, 8 of each on each worker.
+        for index in 0..32 {
+            let shape_a = (index / 2) % 2 == 0;
+            let name = format!("{}{index}", if shape_a { "a" } else { "b" });
+            let builder = thread::Builder::new().name(name);
+            let spawned = if shape_a {
+                builder.spawn_on(index % 2, parks_in_shape_a)
+            } else {
+                builder.spawn_on(index % 2, parks_in_shape_b)
+            };
+            spawned.unwrap();
+        }
+        let dump = dump_once_all_parked();
+        let of_shape = |prefix: &str| -> Vec<&GreenThread> {
+            dump.green_threads()
+                .iter()
+                .filter(|thread| thread.name().is_some_and(|name| name.starts_with(prefix)))
+                .collect()
+        };
+        let (shape_a, shape_b) = (of_shape("a"), of_shape("b"));
+        assert_eq!((shape_a.len(), shape_b.len()), (16, 16), "{dump}");
+        for thread in &shape_a {
+            assert_eq!(frames_naming(thread, "parks_in_shape_a"), 1, "{dump}");
+            assert_eq!(frames_naming(thread, "parks_in_shape_b"), 0, "{dump}");
+            assert!(same_backtrace(thread, shape_a[0]), "{dump}");
+        }
+        for thread in &shape_b {
+            assert_eq!(frames_naming(thread, "parks_in_shape_b"), 1, "{dump}");
+            assert_eq!(frames_naming(thread, "parks_in_shape_a"), 0, "{dump}");
+            assert!(same_backtrace(thread, shape_b[0]), "{dump}");
+        }
+        assert!(!same_backtrace(shape_a[0], shape_b[0]), "{dump}");
+        for worker in [0, 1] {
+            assert!(
+                shape_a.iter().any(|thread| thread.worker() == worker),
+                "a shared backtrace spans the workers:\n{dump}"
+            );
+        }
+
+        // The text shows each shared backtrace once, and still lists every green thread.
+        let text = dump.to_string();
+        assert_eq!(
+            text.matches("the same for 16 green threads:").count(),
+            2,
+            "{text}"
+        );
+        assert_eq!(text.matches("parks_in_shape_a").count(), 1, "{text}");
+        for shape in [&shape_a, &shape_b] {
+            let first = shape[0].id();
+            let mentions = format!("as for green thread {first} above");
+            assert_eq!(text.matches(&mentions).count(), 15, "{text}");
+        }
+        for thread in dump.green_threads() {
+            assert!(text.contains(&format!("(id {})", thread.id())), "{text}");
+        }
+        // The JSON keeps every green thread's frames, with one id per distinct backtrace.
+        let json = dump.to_json();
+        assert_eq!(json.matches("parks_in_shape_a").count(), 16, "{json}");
+        assert_eq!(json.matches("parks_in_shape_b").count(), 16, "{json}");
+        let id_of = |thread: &GreenThread| {
+            let entry = &json[json.find(&format!(r#"{{"id":{},"#, thread.id())).unwrap()..];
+            let from = entry.find(r#""backtrace_id":"#).unwrap() + r#""backtrace_id":"#.len();
+            entry[from..].split(',').next().unwrap().to_owned()
+        };
+        assert!(
+            shape_a.iter().all(|t| id_of(t) == id_of(shape_a[0])),
+            "{json}"
+        );
+        assert!(
+            shape_b.iter().all(|t| id_of(t) == id_of(shape_b[0])),
+            "{json}"
+        );
+        assert_ne!(id_of(shape_a[0]), id_of(shape_b[0]), "{json}");
+    });
+}
+
+#[test]
+fn green_threads_parked_at_different_depths_get_a_backtrace_each_of_their_own_depth() {
+    greenweave::run(|| {
+        let depths = [1, 3, 2, 1, 3, 2, 1, 3, 2];
+        let handles: Vec<_> = depths
+            .iter()
+            .enumerate()
+            .map(|(index, &depth)| named(&format!("{index}"), move || parks_at_depth(depth)))
+            .collect();
+        let_them_park();
+        let dump = greenweave::runtime::dump();
+        let entries: Vec<&GreenThread> = (0..depths.len())
+            .map(|index| find(&dump, &format!("{index}")))
+            .collect();
+        for (index, entry) in entries.iter().enumerate() {
+            assert_eq!(
+                frames_naming(entry, "parks_at_depth"),
+                depths[index] + 1,
+                "green thread {index}, {} calls deep:\n{dump}",
+                depths[index]
+            );
+            for (other, other_entry) in entries.iter().enumerate() {
+                assert_eq!(
+                    same_backtrace(entry, other_entry),
+                    depths[index] == depths[other],
+                    "green threads {index} and {other}:\n{dump}"
+                );
+            }
+        }
+        for handle in handles {
+            handle.cancel();
+        }
+    });
+}

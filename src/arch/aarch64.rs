@@ -191,6 +191,32 @@ pub(super) unsafe fn interrupted_program_counter(context: *const libc::ucontext_
     unsafe { (*context).uc_mcontext.pc as usize }
 }
 
+/// Where a suspended context's resume address lies in its saved frame (`asm/aarch64.S`: x29
+/// at `frame + 0`, x30, the resume address, at `frame + 8`, x19 at `frame + 16`).
+pub(super) const SUSPENDED_RESUME_ADDRESS_OFFSET: usize = 8;
+
+/// The suspended side's stack pointer at its resume address, as an offset from its saved
+/// frame: the frame's 32 bytes popped (`asm/probe_aarch64.S` names it as the CFA).
+pub(super) const SUSPENDED_FRAME_BYTES: usize = 32;
+
+/// # Safety
+/// As `crate::arch::load_word`.
+#[inline(always)]
+pub(super) unsafe fn load_word(address: usize) -> usize {
+    let word: usize;
+    // SAFETY: the caller's contract: `address` is 8-byte aligned, mapped and readable. A plain
+    // load (`ldr` of a doubleword); no flags are changed and nothing is written.
+    unsafe {
+        core::arch::asm!(
+            "ldr {word}, [{address}]",
+            address = in(reg) address,
+            word = lateout(reg) word,
+            options(readonly, nostack, preserves_flags),
+        )
+    };
+    word
+}
+
 #[inline(always)]
 pub(super) fn current_stack_pointer() -> usize {
     let sp: usize;

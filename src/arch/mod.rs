@@ -291,6 +291,26 @@ pub(crate) unsafe fn init_stack(top: NonNull<u8>, entry: EntryFn, arg: usize) ->
     StackPointer(unsafe { NonNull::new_unchecked(sp) })
 }
 
+/// Where a suspended context's resume address lies in the saved frame its [`StackPointer`]
+/// points at (the switch's layout, the same on every stack).
+pub(crate) const SUSPENDED_RESUME_ADDRESS_OFFSET: usize = imp::SUSPENDED_RESUME_ADDRESS_OFFSET;
+
+/// A suspended context's stack pointer at its resume address, as an offset from its saved
+/// frame: where the suspended code's own frames begin (the CFA that the stack probe names).
+pub(crate) const SUSPENDED_FRAME_BYTES: usize = imp::SUSPENDED_FRAME_BYTES;
+
+/// Reads the machine word at `address` with one load the compiler cannot see into: for a
+/// suspended stack, whose words are whatever its frames left there (a return address, or
+/// bytes Rust would call uninitialised); the load yields a plain value either way.
+///
+/// # Safety
+/// `address` is 8-byte aligned, and its 8 bytes are mapped and readable for the whole call.
+#[inline(always)]
+pub(crate) unsafe fn load_word(address: usize) -> usize {
+    // SAFETY: forwarded from the caller.
+    unsafe { imp::load_word(address) }
+}
+
 /// The current stack pointer, approximately (exact to within the caller's frame).
 #[inline(always)]
 pub(crate) fn current_stack_pointer() -> usize {

@@ -192,6 +192,32 @@ pub(super) unsafe fn interrupted_program_counter(context: *const libc::ucontext_
     unsafe { (*context).uc_mcontext.gregs[libc::REG_RIP as usize] as usize }
 }
 
+/// Where a suspended context's resume address lies in its saved frame (`asm/x86_64.S`: rbx at
+/// `frame + 0`, rbp at `frame + 8`, the resume address at `frame + 16`).
+pub(super) const SUSPENDED_RESUME_ADDRESS_OFFSET: usize = 16;
+
+/// The suspended side's stack pointer at its resume address, as an offset from its saved
+/// frame: the frame's three words popped (`asm/probe_x86_64.S` names it as the CFA).
+pub(super) const SUSPENDED_FRAME_BYTES: usize = 24;
+
+/// # Safety
+/// As `crate::arch::load_word`.
+#[inline(always)]
+pub(super) unsafe fn load_word(address: usize) -> usize {
+    let word: usize;
+    // SAFETY: the caller's contract: `address` is 8-byte aligned, mapped and readable. A plain
+    // load; no flags are changed and nothing is written.
+    unsafe {
+        core::arch::asm!(
+            "mov {word}, qword ptr [{address}]",
+            address = in(reg) address,
+            word = lateout(reg) word,
+            options(readonly, nostack, preserves_flags),
+        )
+    };
+    word
+}
+
 #[inline(always)]
 pub(super) fn current_stack_pointer() -> usize {
     let sp: usize;

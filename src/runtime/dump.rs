@@ -24,14 +24,20 @@
 //! How a parked stack is walked. A green thread that is not running is suspended in a switch
 //! whose saved frame (`Coroutine::suspended_at`) has the same layout on every stack. The probe
 //! (`asm/probe_<arch>.S`) calls a function on the worker's own stack with CFI that names that
-//! saved frame as the function's caller, and the function takes
-//! `std::backtrace::Backtrace::force_capture()`: std's unwinder walks from it into the
-//! suspended stack and down to its root, without resuming it or writing to it. Symbols are
-//! resolved later, on the dumper's side, when the dump is displayed.
+//! saved frame as the function's caller, and the function runs the unwinder
+//! (`_Unwind_Backtrace`), which walks from it into the suspended stack and down to its root,
+//! without resuming it or writing to it. That full walk happens once per distinct shape of
+//! stack: later stacks of the same shape are recognised by their return addresses, read where
+//! the shape keeps them, and share one stack record ([`stacks`]). Each distinct stack is also
+//! captured once by `std::backtrace::Backtrace::force_capture()`, whose symbols are resolved
+//! later, on the dumper's side, when the dump is displayed; the text shows each shared
+//! backtrace once and names it for the other green threads that have it.
 //!
 //! May not: touch a task off its worker, resume or change a suspended stack, or do more in the
 //! signal handler than write one byte (everything else happens on the watcher thread) or
 //! answer a program-counter sample (`os_thread::answer_sample`: two stores).
+
+mod stacks;
 
 use std::backtrace::Backtrace;
 use std::collections::HashMap;
@@ -47,6 +53,7 @@ use super::scheduler::{self, Scheduler};
 use super::task::{SelectWait, Task, TaskState, Wait};
 use super::workers::Pool;
 use crate::sys::os_thread::{self, Numbering, ThreadState};
+use stacks::{DistinctStack, StackWalker};
 
 /// How long a dump waits for a worker to begin its part (all of them at once): a worker runs
 /// the dump's job at its next poll, which only a green thread that holds its OS thread without
@@ -62,10 +69,13 @@ pub(crate) const ANSWER_WAIT: Duration = Duration::from_secs(10);
 /// The dumping green thread parks while the workers answer (its own worker included, which
 /// answers as soon as it has nothing else to run), and appears in the dump parked in
 /// `unblock`, with [`Dump::taken_by`] naming it. Each worker stops for the time it takes to
-/// list its green threads and unwind their stacks; symbols are resolved only when the dump is
-/// displayed or its frames are read. A worker that has not begun to answer within 2 seconds
-/// (a green thread holds its OS thread without parking) is left out and named by
-/// [`Dump::unanswered_workers`]; the dump's text says what its OS thread is doing.
+/// list its green threads and walk their stacks: the unwinder walks each distinct shape of
+/// stack once, and green threads parked at the same point through the same calls share that
+/// backtrace (a comparison of a few dozen words each after the first); symbols are resolved
+/// only when the dump is displayed or its frames are read, once per distinct backtrace. A
+/// worker that has not begun to answer within 2 seconds (a green thread holds its OS thread
+/// without parking) is left out and named by [`Dump::unanswered_workers`]; the dump's text
+/// says what its OS thread is doing.
 ///
 /// # Panics
 /// Outside a green thread.
@@ -213,6 +223,9 @@ fn collect_answers(pool: &Pool, answers: mpsc::Receiver<Answer>) -> Dump {
     }
     // Slots are reused, so a worker's part is only nearly in id order.
     threads.sort_unstable_by_key(|thread| thread.id);
+    if expected > 1 {
+        share_backtraces(&mut threads);
+    }
     choose_scope_edges(&mut threads);
     let cycles = find_cycles(&threads);
     Dump {
@@ -231,19 +244,25 @@ fn worker_part(scheduler: &Scheduler, backtraces: bool) -> Vec<GreenThread> {
     let now = Instant::now();
     let worker = scheduler.worker.index;
     let mut part = Vec::new();
+    let mut walker = backtraces.then(StackWalker::default);
     scheduler.for_each_task(
         &mut part,
         |part, count| part.reserve_exact(count),
         |part, task| {
             if task.state.get() != TaskState::Finished {
-                part.push(describe(task, worker, now, backtraces));
+                part.push(describe(task, worker, now, walker.as_mut()));
             }
         },
     );
     part
 }
 
-fn describe(task: &Task, worker: usize, now: Instant, backtraces: bool) -> GreenThread {
+fn describe(
+    task: &Task,
+    worker: usize,
+    now: Instant,
+    walker: Option<&mut StackWalker>,
+) -> GreenThread {
     let state = match task.state.get() {
         TaskState::Running => GreenThreadState::Running,
         TaskState::Runnable => GreenThreadState::Ready,
@@ -260,16 +279,7 @@ fn describe(task: &Task, worker: usize, now: Instant, backtraces: bool) -> Green
     let deadline_in = parked
         .and(task.parked_until.get())
         .map(|until| until.saturating_duration_since(now));
-    let backtrace = if backtraces {
-        walk_suspended(task).map(|backtrace| {
-            Box::new(Frames {
-                raw: backtrace,
-                parsed: OnceLock::new(),
-            })
-        })
-    } else {
-        None
-    };
+    let backtrace = walker.and_then(|walker| walker.walk(task));
     let parent = task.parent.get();
     GreenThread {
         id: task.id,
@@ -283,30 +293,6 @@ fn describe(task: &Task, worker: usize, now: Instant, backtraces: bool) -> Green
         in_scope: task.scope.get(),
         backtrace,
     }
-}
-
-/// A backtrace of `task`'s suspended stack, from its switch point down, or `None` if it has
-/// no such stack (not started, running, finished).
-fn walk_suspended(task: &Task) -> Option<Backtrace> {
-    let coroutine = task.coroutine.try_borrow().ok()?;
-    let frame = coroutine.as_ref()?.suspended_at()?;
-    let mut captured: Option<Backtrace> = None;
-    // SAFETY: `frame` is the saved frame of `task`'s coroutine, suspended: this runs on its
-    // worker, on the scheduler, where no green thread runs until the job returns, and the
-    // borrow of the coroutine keeps it from being resumed or dropped meanwhile. `capture` does
-    // not unwind (an `extern "C"` function aborts instead), and writes only `captured`.
-    unsafe { crate::arch::probe_suspended(frame, capture, (&raw mut captured).cast::<u8>()) };
-    captured
-}
-
-/// The probe: called (through `asm/probe_<arch>.S`) as if from the suspended switch point.
-///
-/// # Safety
-/// `out` points to an `Option<Backtrace>`.
-unsafe extern "C" fn capture(out: *mut u8) {
-    let backtrace = Backtrace::force_capture();
-    // SAFETY: the caller's contract.
-    unsafe { *out.cast::<Option<Backtrace>>() = Some(backtrace) };
 }
 
 /// The id of the green thread running now, or 0 outside one: what a green lock records as its
@@ -327,7 +313,10 @@ pub(crate) fn running_id() -> u64 {
 /// ([`Builder::dump_on_signal`](super::Builder::dump_on_signal)).
 ///
 /// Its `Display` is the human-readable dump (one block per green thread, then the cycles of
-/// green threads waiting for each other); [`to_json`](Dump::to_json) is the same as JSON.
+/// green threads waiting for each other); [`to_json`](Dump::to_json) is the same as JSON. A
+/// backtrace that several green threads share is shown in full once, under the first of them
+/// (`backtrace 1, the same for 1000 green threads:`), and named under each of the others
+/// (`backtrace 1, as for green thread 2 above`): every green thread keeps its own block.
 ///
 /// ```
 /// greenweave::run(|| {
@@ -427,7 +416,8 @@ pub struct GreenThread {
     /// The address of the `thread::scope` it was spawned in (0: none); internal, to find a
     /// scope's green threads.
     in_scope: usize,
-    backtrace: Option<Box<Frames>>,
+    /// Its parked stack, shared with every green thread parked with the same one.
+    backtrace: Option<Arc<DistinctStack>>,
 }
 
 /// What a green thread in a [`Dump`] was doing.
@@ -514,24 +504,6 @@ impl Frame {
     /// ```
     pub fn location(&self) -> Option<&str> {
         self.location.as_deref()
-    }
-}
-
-/// A captured backtrace and its frames, parsed (which resolves the symbols) on first use.
-struct Frames {
-    raw: Backtrace,
-    parsed: OnceLock<Vec<Frame>>,
-}
-
-impl fmt::Debug for Frames {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_list().entries(self.frames()).finish()
-    }
-}
-
-impl Frames {
-    fn frames(&self) -> &[Frame] {
-        self.parsed.get_or_init(|| parse_backtrace(&self.raw))
     }
 }
 
@@ -939,7 +911,8 @@ impl GreenThread {
     /// The backtrace of its suspended stack, innermost frame first (from the switch where it
     /// parked or yielded); `None` in a dump without backtraces, and for a green thread that
     /// has not started. A green thread suspended inside a coroutine or greenlet it runs (a
-    /// generator that parked) shows that stack, down to its root.
+    /// generator that parked) shows that stack, down to its root. Green threads parked with
+    /// the same chain of calls share one backtrace (the same slice).
     ///
     /// ```
     /// greenweave::run(|| {
@@ -955,7 +928,7 @@ impl GreenThread {
     /// });
     /// ```
     pub fn backtrace(&self) -> Option<&[Frame]> {
-        self.backtrace.as_ref().map(|frames| frames.frames())
+        self.backtrace.as_deref().map(DistinctStack::frames)
     }
 
     fn describe(&self) -> String {
@@ -1095,6 +1068,27 @@ impl Dump {
         chain
     }
 
+    /// Numbers the distinct backtraces from 1, in the order of the first green thread (by id)
+    /// with each, and counts the green threads that share each.
+    fn backtrace_numbers(&self) -> BacktraceNumbers {
+        let mut numbers = BacktraceNumbers::new();
+        for thread in &self.threads {
+            let Some(stack) = &thread.backtrace else {
+                continue;
+            };
+            let next = numbers.len() + 1;
+            numbers
+                .entry(Arc::as_ptr(stack))
+                .or_insert(SharedBacktrace {
+                    number: next,
+                    first: thread.id,
+                    count: 0,
+                })
+                .count += 1;
+        }
+        numbers
+    }
+
     fn find(&self, id: u64) -> Option<&GreenThread> {
         self.threads
             .binary_search_by_key(&id, |thread| thread.id)
@@ -1108,7 +1102,8 @@ impl Dump {
     /// `description` and the kind's own fields: `fd` and `interest`; `joins`; `lock`,
     /// `address` and `holder`; `primitive` and `address` (a channel, condvar, event...);
     /// `futex`; `running` (a scope); `other_worker` and `green_thread` (a join on another worker)), `parked_for_ms`, `deadline_in_ms`,
-    /// `waits_for`, `backtrace` (`symbol`, `location`)) and `cycles`.
+    /// `waits_for`, `backtrace_id` (the same number for green threads with the same backtrace,
+    /// from 1; `null` without one), `backtrace` (`symbol`, `location`)) and `cycles`.
     ///
     /// ```
     /// greenweave::run(|| {
@@ -1139,8 +1134,9 @@ impl Dump {
         out.push_str("],\"taken_by\":");
         json_option(&mut out, self.taken_by);
         out.push_str(",\"green_threads\":[");
+        let numbers = self.backtrace_numbers();
         join(&mut out, &self.threads, |out, thread| {
-            thread.write_json(out)
+            thread.write_json(out, &numbers)
         });
         out.push_str("],\"cycles\":[");
         join(&mut out, &self.cycles, |out, cycle| {
@@ -1156,7 +1152,7 @@ impl Dump {
 }
 
 impl GreenThread {
-    fn write_json(&self, out: &mut String) {
+    fn write_json(&self, out: &mut String, numbers: &BacktraceNumbers) {
         let _ = write!(out, "{{\"id\":{},\"name\":", self.id);
         match &self.name {
             Some(name) => json_string(out, name),
@@ -1223,26 +1219,36 @@ impl GreenThread {
         json_millis(out, self.deadline_in);
         out.push_str(",\"waits_for\":");
         json_option(out, self.waits_for());
+        out.push_str(",\"backtrace_id\":");
+        let shared = self
+            .backtrace
+            .as_ref()
+            .map(|stack| &numbers[&Arc::as_ptr(stack)]);
+        json_option(out, shared.map(|shared| shared.number as u64));
         out.push_str(",\"backtrace\":");
-        match self.backtrace() {
+        match &self.backtrace {
             None => out.push_str("null"),
-            Some(frames) => {
-                out.push('[');
-                join(out, frames, |out, frame| {
-                    out.push_str("{\"symbol\":");
-                    json_string(out, &frame.symbol);
-                    out.push_str(",\"location\":");
-                    match &frame.location {
-                        Some(location) => json_string(out, location),
-                        None => out.push_str("null"),
-                    }
-                    out.push('}');
-                });
-                out.push(']');
-            }
+            // Written once per distinct stack, copied for each green thread that shares it.
+            Some(stack) => out.push_str(stack.json()),
         }
         out.push('}');
     }
+}
+
+/// `frames` as a JSON array of `{"symbol":..., "location":...}`.
+fn json_frames(out: &mut String, frames: &[Frame]) {
+    out.push('[');
+    join(out, frames, |out, frame| {
+        out.push_str("{\"symbol\":");
+        json_string(out, &frame.symbol);
+        out.push_str(",\"location\":");
+        match &frame.location {
+            Some(location) => json_string(out, location),
+            None => out.push_str("null"),
+        }
+        out.push('}');
+    });
+    out.push(']');
 }
 
 fn join<T>(out: &mut String, items: &[T], mut each: impl FnMut(&mut String, &T)) {
@@ -1307,6 +1313,7 @@ impl fmt::Display for Dump {
         for unanswered in &self.unanswered_states {
             writeln!(f, "{unanswered}")?;
         }
+        let numbers = self.backtrace_numbers();
         for thread in &self.threads {
             writeln!(f)?;
             write!(f, "green thread {}", thread.describe())?;
@@ -1335,11 +1342,28 @@ impl fmt::Display for Dump {
                 let names: Vec<String> = chain.iter().map(u64::to_string).collect();
                 writeln!(f, "    waits for green threads {}", names.join(" -> "))?;
             }
-            if let Some(frames) = thread.backtrace() {
-                for (index, frame) in frames.iter().enumerate() {
-                    writeln!(f, "  {index:>3}: {}", frame.symbol)?;
-                    if let Some(location) = &frame.location {
-                        writeln!(f, "           at {location}")?;
+            if let Some(stack) = &thread.backtrace {
+                let shared = &numbers[&Arc::as_ptr(stack)];
+                if shared.first != thread.id {
+                    // Shown once, under the first green thread that has it.
+                    writeln!(
+                        f,
+                        "    backtrace {}, as for green thread {} above",
+                        shared.number, shared.first
+                    )?;
+                } else {
+                    if shared.count > 1 {
+                        writeln!(
+                            f,
+                            "    backtrace {}, the same for {} green threads:",
+                            shared.number, shared.count
+                        )?;
+                    }
+                    for (index, frame) in stack.frames().iter().enumerate() {
+                        writeln!(f, "  {index:>3}: {}", frame.symbol)?;
+                        if let Some(location) = &frame.location {
+                            writeln!(f, "           at {location}")?;
+                        }
                     }
                 }
             }
@@ -1355,6 +1379,48 @@ impl fmt::Display for Dump {
             )?;
         }
         write!(f, "\nend of greenweave dump")
+    }
+}
+
+/// A distinct backtrace of a dump, as its text and JSON name it.
+struct SharedBacktrace {
+    /// Its number, from 1 (the JSON's `backtrace_id`).
+    number: usize,
+    /// The first green thread (by id) with it: the text shows its frames there.
+    first: u64,
+    /// How many green threads have it.
+    count: usize,
+}
+
+/// Each distinct backtrace of a dump, by its stack's address.
+type BacktraceNumbers = HashMap<*const DistinctStack, SharedBacktrace>;
+
+/// Makes green threads of different workers parked with the same chain of return addresses
+/// share one stack (each worker interns its own), so that it is symbolized and shown once.
+/// Linear in the green threads; one lookup of a chain per distinct stack of each worker.
+fn share_backtraces(threads: &mut [GreenThread]) {
+    // Each worker's stack (kept alive here, so its address stays its own) and the one that
+    // replaces it.
+    let mut chosen: HashMap<*const DistinctStack, (Arc<DistinctStack>, Arc<DistinctStack>)> =
+        HashMap::new();
+    let mut by_chain: HashMap<Box<[usize]>, Arc<DistinctStack>> = HashMap::new();
+    for thread in threads {
+        let Some(stack) = &mut thread.backtrace else {
+            continue;
+        };
+        let replacement = &chosen
+            .entry(Arc::as_ptr(stack))
+            .or_insert_with(|| {
+                let shared = by_chain
+                    .entry(stack.addresses().into())
+                    .or_insert_with(|| stack.clone())
+                    .clone();
+                (stack.clone(), shared)
+            })
+            .1;
+        if !Arc::ptr_eq(replacement, stack) {
+            *stack = replacement.clone();
+        }
     }
 }
 
