@@ -556,14 +556,9 @@ impl<Y> Iterator for Coroutine<(), Y, ()> {
 pub struct Yielder<Input, Yield> {
     /// The context that resumed us last: where `suspend` goes back to.
     resumer: Cell<StackPointer>,
-    /// Lowest usable address of this coroutine's stack; with [`span`](Self::span) it bounds the
-    /// stack for the misuse check in `suspend`.
+    /// Lowest usable address of this coroutine's stack; with the Yielder's own address (in the
+    /// root frame, near the top) it bounds the stack for the misuse check in `suspend`.
     stack_limit: usize,
-    /// Bytes from `stack_limit` up to this Yielder (in the root frame, near the top): `suspend`
-    /// is on this coroutine's own stack exactly when its stack pointer less `stack_limit`
-    /// (wrapping) is at most this, one subtraction and one comparison. Set once the Yielder
-    /// is in its final place (`CoroutineLaunch::run`).
-    span: Cell<usize>,
     /// Whether the resumer was unwinding when it last resumed us (read right after the switch,
     /// before any code of ours ran). Then `std::thread::panicking()` is the resumer's unwind,
     /// not ours, and suspending back to it is fine.
@@ -640,12 +635,10 @@ impl<I, Y> Yielder<I, Y> {
     #[inline(always)]
     fn switch_to_resumer(&self, value: Y) -> I {
         let here = arch::current_stack_pointer();
-        // Below the limit the subtraction wraps to a huge number, so one comparison checks
-        // both ends of [stack_limit, self].
-        if here.wrapping_sub(self.stack_limit) > self.span.get() {
+        let root = self as *const Self as usize;
+        if here < self.stack_limit || here > root {
             suspend_outside_its_coroutine();
         }
-        let root = self as *const Self as usize;
         let message = Message::new(value);
         // SAFETY: `resumer` is the context that resumed us and is waiting in its switch (a
         // coroutine runs only while its resumer is suspended). It moves `message` out before
@@ -715,14 +708,9 @@ where
         let yielder = Yielder {
             resumer: Cell::new(transfer.from),
             stack_limit,
-            span: Cell::new(0),
             resumed_while_unwinding: Cell::new(std::thread::panicking()),
             marker: PhantomData,
         };
-        // The Yielder stays here, borrowed by the body, until the body ends.
-        yielder
-            .span
-            .set((&yielder as *const Yielder<I, Y> as usize).wrapping_sub(stack_limit));
         let outcome = if transfer.data == UNWIND_REQUEST {
             // Dropped before it started: drop the closure in place without running it.
             // SAFETY: the body has not been moved out, and is dropped once.
