@@ -14,8 +14,8 @@ every run and a markdown table of the medians:
   (greenweave: parked_memory's "ns per green thread"; Go: N goroutines blocking on one channel,
   GOMAXPROCS=1, the same single OS thread as one greenweave runtime);
 - resident memory per parked green thread: VmRSS added while all N are parked, per one;
-- yield round trip among 10 / 32 / 33 / 1,000 / 100,000 runnable green threads (32 and 33
-  straddle the scheduler's prefetch threshold): ns per yield
+- yield round trip among 10 / 32 / 33 / 1,024 / 1,025 / 100,000 runnable green threads (1,024
+  and 1,025 straddle the scheduler's prefetch threshold, 32 and 33 its old one): ns per yield
   (greenweave: yield_table; Go: runtime.Gosched).
 
 Without `go` the Go columns say "no go" and the script still runs greenweave's side.
@@ -110,10 +110,10 @@ def main():
 
     if args.quick:
         spawn_counts = [(10_000, 3)]
-        yield_counts, yields, yield_repeats = [10, 32, 33, 1_000, 10_000], 200_000, 3
+        yield_counts, yields, yield_repeats = [10, 32, 33, 1_024, 1_025, 10_000], 200_000, 3
     else:
         spawn_counts = [(100_000, 5), (1_000_000, 3)]
-        yield_counts, yields, yield_repeats = [10, 32, 33, 1_000, 100_000], 2_000_000, 5
+        yield_counts, yields, yield_repeats = [10, 32, 33, 1_024, 1_025, 100_000], 2_000_000, 5
 
     spawn_rows = []
     for count, repeats in spawn_counts:

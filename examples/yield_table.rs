@@ -1,13 +1,13 @@
 //! How the cost of a yield grows with the number of runnable green threads: N green threads
-//! (N = 10, 32, 33, 1,000, 100,000) each call `thread::yield_now` in a loop, round-robin
+//! (N = 10, 32, 33, 1,024, 1,025, 100,000) each call `thread::yield_now` in a loop, round-robin
 //! through the scheduler's FIFO ready queue, and the table gives nanoseconds per yield (one
 //! switch into a green thread and one out, plus the queue). Each row makes about the same
 //! number of yields, so the rows take about as long as each other; rows are repeated
 //! (`--repeat`) and the median printed.
 //!
-//! 32 and 33 straddle the queue length from which the scheduler prefetches (its
-//! `PREFETCH_MIN_QUEUE`): a hint that misbehaves shows there as a step (issue 33 found a yield
-//! among 33 costing 19 times one among 32). After the table, every step between neighbouring
+//! 1,024 and 1,025 straddle the queue length from which the scheduler prefetches (its
+//! `PREFETCH_MIN_QUEUE`), and 32 and 33 the one it used to be: a hint that misbehaves shows
+//! there as a step (issue 33 found a yield among 33 costing 19 times one among 32). After the table, every step between neighbouring
 //! rows is checked against the caches: a step of more than 1.5x is explained only if the
 //! green threads' working set (about [`BYTES_PER_GREEN_THREAD`] each) outgrows a cache level
 //! of this CPU between the two rows. An unexplained step is printed as such; with `--check`
@@ -15,7 +15,7 @@
 //!
 //! ```sh
 //! cargo run --release --example yield_table                 # 2,000,000 yields a row, 5 repeats
-//! cargo run --release --example yield_table -- --quick      # 10/32/33/1,000, 20,000 yields (CI)
+//! cargo run --release --example yield_table -- --quick      # up to 1,025, 20,000 yields (CI)
 //! cargo run --release --example yield_table -- --counts 10,100000 --yields 4000000
 //! ```
 //!
@@ -28,10 +28,10 @@ use std::time::Instant;
 const USAGE: &str =
     "usage: yield_table [--quick] [--counts N,N,...] [--yields Y] [--repeat R] [--check]
 
-  --counts N,...        numbers of runnable green threads (default 10,32,33,1000,100000)
+  --counts N,...        numbers of runnable green threads (default 10,32,33,1024,1025,100000)
   --yields Y            yields per row, shared among its green threads (default 2000000)
   --repeat R            runs of each row; the median is printed (default 5)
-  --quick               10, 32, 33 and 1000 green threads, 20000 yields a row, one run (CI)
+  --quick               10, 32, 33, 1024 and 1025 green threads, 20000 yields a row, one run (CI)
   --check               exit with status 1 if a step between rows is larger than the caches
                         explain";
 
@@ -54,7 +54,7 @@ struct Options {
 
 fn parse() -> Result<Options, String> {
     let mut options = Options {
-        counts: vec![10, 32, 33, 1_000, 100_000],
+        counts: vec![10, 32, 33, 1_024, 1_025, 100_000],
         yields: 2_000_000,
         repeat: 5,
         check: false,
@@ -71,7 +71,7 @@ fn parse() -> Result<Options, String> {
         match arg.as_str() {
             "--quick" => {
                 // Small enough for qemu, where each stack is two mappings (PROT_NONE guards).
-                options.counts = vec![10, 32, 33, 1_000];
+                options.counts = vec![10, 32, 33, 1_024, 1_025];
                 options.yields = 20_000;
                 options.repeat = 1;
             }
