@@ -44,6 +44,7 @@ use std::time::{Duration, Instant};
 
 use super::reactor::Interest;
 use super::scheduler::{self, Scheduler};
+use super::stack_release::StackUse;
 use super::task::{SelectWait, Task, TaskState, Wait};
 use super::workers::Pool;
 use crate::sys::os_thread::{self, Numbering, ThreadState};
@@ -230,20 +231,26 @@ fn collect_answers(pool: &Pool, answers: mpsc::Receiver<Answer>) -> Dump {
 fn worker_part(scheduler: &Scheduler, backtraces: bool) -> Vec<GreenThread> {
     let now = Instant::now();
     let worker = scheduler.worker.index;
-    let mut part = Vec::new();
+    let mut part = (Vec::new(), Vec::new());
     scheduler.for_each_task(
         &mut part,
-        |part, count| part.reserve_exact(count),
-        |part, task| {
+        |(part, _), count| part.reserve_exact(count),
+        |(part, mincore), task| {
             if task.state.get() != TaskState::Finished {
-                part.push(describe(task, worker, now, backtraces));
+                part.push(describe(task, worker, now, backtraces, mincore));
             }
         },
     );
-    part
+    part.0
 }
 
-fn describe(task: &Task, worker: usize, now: Instant, backtraces: bool) -> GreenThread {
+fn describe(
+    task: &Task,
+    worker: usize,
+    now: Instant,
+    backtraces: bool,
+    mincore: &mut Vec<u8>,
+) -> GreenThread {
     let state = match task.state.get() {
         TaskState::Running => GreenThreadState::Running,
         TaskState::Runnable => GreenThreadState::Ready,
@@ -281,6 +288,7 @@ fn describe(task: &Task, worker: usize, now: Instant, backtraces: bool) -> Green
         deadline_in,
         parent: (parent != 0).then_some(parent),
         in_scope: task.scope.get(),
+        stack: super::stack_release::measure(task, mincore),
         backtrace,
     }
 }
@@ -427,6 +435,8 @@ pub struct GreenThread {
     /// The address of the `thread::scope` it was spawned in (0: none); internal, to find a
     /// scope's green threads.
     in_scope: usize,
+    /// Its stack's use (`runtime::stack_release`); `None` while it runs.
+    stack: Option<StackUse>,
     backtrace: Option<Box<Frames>>,
 }
 
@@ -958,6 +968,43 @@ impl GreenThread {
         self.backtrace.as_ref().map(|frames| frames.frames())
     }
 
+    /// How many bytes of its stack it uses now: from the top of its stack to its saved stack
+    /// pointer. `None` for a green thread that runs, has not started, or is suspended inside a
+    /// coroutine or greenlet it runs (on that one's stack).
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     let sleeper = greenweave::thread::Builder::new()
+    ///         .name("sleeper".into())
+    ///         .spawn(|| greenweave::thread::sleep(std::time::Duration::from_secs(60)))
+    ///         .unwrap();
+    ///     greenweave::thread::yield_now();
+    ///     let dump = greenweave::runtime::dump_without_backtraces();
+    ///     let entry = dump.green_threads().iter().find(|t| t.name() == Some("sleeper")).unwrap();
+    ///     let used = entry.stack_used().unwrap();
+    ///     assert!(used > 0 && used <= entry.stack_peak().unwrap());
+    ///     assert!(entry.stack_peak().unwrap() <= entry.stack_size().unwrap());
+    ///     sleeper.cancel();
+    /// });
+    /// ```
+    pub fn stack_used(&self) -> Option<usize> {
+        self.stack.and_then(|stack| stack.current)
+    }
+
+    /// The most of its stack it has been seen to use, in bytes: the deepest page it has
+    /// touched (read with `mincore` when the dump is taken, and remembered across the
+    /// releases of [`Builder::stack_release`](super::Builder::stack_release)), so a whole
+    /// number of pages. A stack reused from a finished green thread may show pages that one
+    /// touched until they are released. `None` for a green thread that runs.
+    pub fn stack_peak(&self) -> Option<usize> {
+        self.stack.map(|stack| stack.peak)
+    }
+
+    /// The usable size of its stack, in bytes; `None` for a green thread that runs.
+    pub fn stack_size(&self) -> Option<usize> {
+        self.stack.map(|stack| stack.size)
+    }
+
     fn describe(&self) -> String {
         match &self.name {
             Some(name) => format!("'{name}' (id {})", self.id),
@@ -1223,6 +1270,15 @@ impl GreenThread {
         json_millis(out, self.deadline_in);
         out.push_str(",\"waits_for\":");
         json_option(out, self.waits_for());
+        out.push_str(",\"stack\":");
+        match self.stack {
+            None => out.push_str("null"),
+            Some(stack) => {
+                out.push_str("{\"used\":");
+                json_option(out, stack.current.map(|used| used as u64));
+                let _ = write!(out, ",\"peak\":{},\"size\":{}}}", stack.peak, stack.size);
+            }
+        }
         out.push_str(",\"backtrace\":");
         match self.backtrace() {
             None => out.push_str("null"),
@@ -1330,6 +1386,13 @@ impl fmt::Display for Dump {
                 write!(f, " (deadline in {})", human(deadline_in))?;
             }
             writeln!(f)?;
+            if let Some(stack) = thread.stack {
+                write!(f, "    stack: ")?;
+                if let Some(used) = stack.current {
+                    write!(f, "{} in use, ", bytes(used))?;
+                }
+                writeln!(f, "{} at most, of {}", bytes(stack.peak), bytes(stack.size))?;
+            }
             let chain = self.wait_chain(thread.id);
             if chain.len() > 1 {
                 let names: Vec<String> = chain.iter().map(u64::to_string).collect();
@@ -1355,6 +1418,17 @@ impl fmt::Display for Dump {
             )?;
         }
         write!(f, "\nend of greenweave dump")
+    }
+}
+
+/// A size for people: `712 B`, `3.5 KiB`, `132 KiB`, `8 MiB`.
+fn bytes(bytes: usize) -> String {
+    const KIB: usize = 1024;
+    match bytes {
+        0..KIB => format!("{bytes} B"),
+        KIB..10240 => format!("{:.1} KiB", bytes as f64 / KIB as f64),
+        10240..1_048_576 => format!("{} KiB", bytes / KIB),
+        _ => format!("{:.1} MiB", bytes as f64 / 1_048_576.0),
     }
 }
 
