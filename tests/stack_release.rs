@@ -135,6 +135,28 @@ fn a_deep_green_thread_that_parks_gives_back_its_pages_below_the_stack_pointer_a
 }
 
 #[test]
+fn a_stack_freed_into_the_pool_after_a_deep_green_thread_ends_is_released_too() {
+    let runtime = Runtime::builder()
+        .stack_release(Some(Duration::ZERO))
+        .build()
+        .unwrap();
+    runtime.run(|| {
+        let deepest = Rc::new(Cell::new(0));
+        let seen = deepest.clone();
+        greenweave::spawn(move || {
+            let start = black_box(&seen) as *const _ as usize;
+            go_deep(start - 128 * 1024, 0, &seen);
+        })
+        .join()
+        .unwrap();
+        // Its stack is back in this thread's pool, with the pages it touched.
+        assert!(resident(deepest.get()));
+        idle_until(|| !resident(deepest.get()));
+        assert!(greenweave::runtime::metrics().stack_bytes_released() >= 120 * 1024);
+    });
+}
+
+#[test]
 fn with_the_release_off_a_deep_parked_green_thread_keeps_its_pages() {
     let runtime = Runtime::builder().stack_release(None).build().unwrap();
     runtime.run(|| {

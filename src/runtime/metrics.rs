@@ -727,8 +727,10 @@ impl RuntimeMetrics {
     }
 
     /// How many bytes of stack the releases counted by
-    /// [`stack_release_count`](Self::stack_release_count) gave back to the kernel. These are
-    /// data pages; the page tables that mapped them stay (see `BENCHMARKS.md`).
+    /// [`stack_release_count`](Self::stack_release_count) gave back to the kernel, plus those
+    /// the same sweeps released from stacks freed into the workers' stack pools (which keep
+    /// what their last green thread touched). These are data pages; the page tables that
+    /// mapped them stay (see `BENCHMARKS.md`).
     ///
     /// ```
     /// let metrics = greenweave::run(greenweave::runtime::metrics);

@@ -19,7 +19,9 @@
 //! its saved stack pointer, which nothing uses while it is parked (see ARCHITECTURE.md, "Stack
 //! high-water release"); those are released with `MADV_DONTNEED`, every swept green thread's
 //! range in one `process_madvise` call. A green thread that wakes and goes deep again gets
-//! fresh zeroed pages from the kernel, as on its first descent.
+//! fresh zeroed pages from the kernel, as on its first descent. The stacks in the thread's pool
+//! (`stack::pool`), which keep what their last green thread touched, are released below their
+//! top page at each sweep too.
 //!
 //! When: the scheduler looks at each poll (every `RUNS_BETWEEN_POLLS` runs of a busy queue,
 //! and before it waits in `epoll_wait`). A look is a compare unless a sweep is due; an idle
@@ -152,7 +154,7 @@ pub(crate) struct StackSweep {
 pub(crate) struct SweepResult {
     /// Green threads whose pages were released.
     pub(crate) releases: u64,
-    /// Bytes released.
+    /// Bytes released, from parked green threads' stacks and from pooled ones.
     pub(crate) released: u64,
     /// Bytes the stacks of green threads parked for the threshold or longer hold now.
     pub(crate) held: u64,
@@ -239,6 +241,8 @@ impl StackSweep {
                 result.held += held as u64;
             }
         });
+        // Stacks freed into this thread's pool keep what their last green thread touched.
+        result.released += crate::stack::pool::queue_pooled_pages(mincore, batch) as u64;
         batch.release();
         (next, result)
     }
