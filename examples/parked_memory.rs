@@ -13,9 +13,10 @@
 //!
 //! With `--deep`, each green thread first goes 128 KiB deep (a handler that once parsed a
 //! large request), then parks; the example prints the memory held right after they park, then
-//! waits until the runtime's long-park sweep (`runtime::Builder::stack_release`, default 1 s)
-//! has released their stacks below the stack pointer, and prints it again: the bytes held
-//! before and after the release. The release frees data pages, not the page tables that
+//! waits until the runtime's long-park sweep (`runtime::Builder::stack_release`, set to 5 s
+//! here so that the first sweep comes after the measurement; the default is 1 s) has released
+//! their stacks below the stack pointer, and prints it again: the bytes held before and after
+//! the release. The release frees data pages, not the page tables that
 //! mapped them (VmPTE stays).
 //!
 //! Each stack's guard page is either a guard region (Linux 6.13+, `MADV_GUARD_INSTALL`: one
@@ -55,6 +56,10 @@ const MAPPING_HEADROOM: usize = 1_000;
 
 /// How deep each green thread goes before it parks with `--deep`.
 const DEEP_BYTES: usize = 128 * 1024;
+
+/// The long-park threshold with `--deep` (`runtime::Builder::stack_release`; the default is
+/// 1 s).
+const DEEP_RELEASE_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn parse_count() -> Result<(usize, bool), String> {
     let mut count = DEFAULT_COUNT;
@@ -104,7 +109,18 @@ fn main() -> ExitCode {
     }
     println!("parking {count} green threads; guard kind: {guard}");
 
-    match greenweave::run(move || park_and_measure(count, deep, &guard)) {
+    // With --deep, a release threshold long enough for every green thread to have parked (and
+    // the memory to be read) before the first sweep: spawning 10,000 that each touch 128 KiB
+    // takes over a second here.
+    let runtime = greenweave::Runtime::builder()
+        .stack_release(Some(if deep {
+            DEEP_RELEASE_AFTER
+        } else {
+            std::time::Duration::from_secs(1)
+        }))
+        .build()
+        .expect("a runtime with default settings builds");
+    match runtime.run(move || park_and_measure(count, deep, &guard)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("parked_memory: {message}");
@@ -348,7 +364,7 @@ fn park_and_measure(count: usize, deep: bool, guard: &str) -> Result<(), String>
     }
 
     if deep {
-        // Wait for the long-park sweep (1 s after they parked, at the scheduler's next look):
+        // Wait for the long-park sweep (5 s after they parked, at the scheduler's next look):
         // the event is the metrics' count of releases reaching one per green thread.
         let waited = Instant::now();
         while greenweave::runtime::metrics().stack_release_count() < count as u64 {

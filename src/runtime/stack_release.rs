@@ -45,38 +45,46 @@ const WARN_PERCENT: usize = 75;
 
 /// One green thread's stack, as the sweep and the dump have seen it. Plain cells, written only
 /// by its scheduler's thread while the green thread is suspended.
+///
+/// Three words, of which a spawn that reuses a task record resets one (`reset`): the park
+/// numbers go on counting across reuses, so a stale `swept_park` never matches (and `held` is
+/// read only when it does).
 #[derive(Default)]
 pub(crate) struct StackWatch {
     /// The deepest its stack has been seen to go, in bytes from the top (the lowest resident
-    /// page at a sweep or a dump): pages released since do not lower it.
-    deepest: Cell<usize>,
+    /// page at a sweep or a dump, so a whole number of pages): pages released since do not
+    /// lower it. Its low bit, [`WARNED`], records that the 75% warning was written.
+    deepest_and_warned: Cell<usize>,
     /// The number of the park last swept (`Task::park_number`): each park is swept once.
     swept_park: Cell<u64>,
     /// Bytes its stack held after that sweep (what the metrics' gauge sums while it stays
     /// parked).
     held: Cell<usize>,
-    /// Whether the 75% warning was written for it.
-    warned: Cell<bool>,
 }
 
+/// The bit of [`StackWatch::deepest_and_warned`] set once the warning is written.
+const WARNED: usize = 1;
+
 impl StackWatch {
-    /// As new, for a task record reused by another green thread.
+    /// As new, for a task record reused by another green thread (see above).
+    #[inline]
     pub(crate) fn reset(&self) {
-        self.deepest.set(0);
-        self.swept_park.set(0);
-        self.held.set(0);
-        self.warned.set(false);
+        self.deepest_and_warned.set(0);
     }
 
     /// Records that `task`'s stack of `size` bytes has gone `deepest` bytes deep, and writes
     /// the warning the first time that passes [`WARN_PERCENT`]. Returns the deepest seen.
     fn note_deepest(&self, task: &Task, deepest: usize, size: usize) -> usize {
-        let deepest = deepest.max(self.deepest.get());
-        self.deepest.set(deepest);
-        if !self.warned.get() && deepest * 100 > size * WARN_PERCENT {
-            self.warned.set(true);
+        let recorded = self.deepest_and_warned.get();
+        let deepest = deepest
+            .next_multiple_of(crate::stack::page_size())
+            .max(recorded & !WARNED);
+        let mut warned = recorded & WARNED;
+        if warned == 0 && deepest * 100 > size * WARN_PERCENT {
+            warned = WARNED;
             warn_deep(task, deepest, size);
         }
+        self.deepest_and_warned.set(deepest | warned);
         deepest
     }
 }
