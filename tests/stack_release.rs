@@ -157,6 +157,39 @@ fn a_stack_freed_into_the_pool_after_a_deep_green_thread_ends_is_released_too() 
 }
 
 #[test]
+fn many_parks_due_at_once_are_all_released_over_several_sweeps() {
+    // More than one sweep measures (256): the rest are swept at the following looks.
+    const GREEN_THREADS: usize = 600;
+    let runtime = Runtime::builder()
+        .stack_release(Some(Duration::ZERO))
+        .build()
+        .unwrap();
+    runtime.run(|| {
+        let event = Rc::new(greenweave::sync::Event::new());
+        let deepest: Vec<Rc<Cell<usize>>> =
+            (0..GREEN_THREADS).map(|_| Rc::new(Cell::new(0))).collect();
+        let handles: Vec<_> = deepest
+            .iter()
+            .map(|seen| {
+                let (seen, event) = (seen.clone(), event.clone());
+                greenweave::spawn(move || {
+                    let start = black_box(&seen) as *const _ as usize;
+                    go_deep(start - 24 * 1024, 0, &seen);
+                    event.wait();
+                })
+            })
+            .collect();
+        greenweave::thread::yield_now();
+        assert!(deepest.iter().all(|seen| seen.get() != 0));
+        idle_until(|| deepest.iter().all(|seen| !resident(seen.get())));
+        event.set();
+        for handle in handles {
+            handle.join().unwrap();
+        }
+    });
+}
+
+#[test]
 fn with_the_release_off_a_deep_parked_green_thread_keeps_its_pages() {
     let runtime = Runtime::builder().stack_release(None).build().unwrap();
     runtime.run(|| {
