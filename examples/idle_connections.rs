@@ -138,7 +138,11 @@ fn read_memory() -> Reading {
     let tcp_pages = sockstat
         .lines()
         .find(|line| line.starts_with("TCP:"))
-        .and_then(|line| line.split_whitespace().skip_while(|word| *word != "mem").nth(1))
+        .and_then(|line| {
+            line.split_whitespace()
+                .skip_while(|word| *word != "mem")
+                .nth(1)
+        })
         .and_then(|pages| pages.parse().ok())
         .unwrap_or(0);
     Reading {
@@ -190,7 +194,9 @@ fn server(count: usize) -> ExitCode {
         }
         let released = read_memory();
         let per = |bytes: usize| bytes as f64 / count as f64;
-        println!("{count} idle keep-alive connections, each after one request that went 128 KiB deep");
+        println!(
+            "{count} idle keep-alive connections, each after one request that went 128 KiB deep"
+        );
         println!(
             "user space, RssAnon: {:.0} bytes per connection after the requests, {:.0} after the \
              sweep ({:.2} s later)",
