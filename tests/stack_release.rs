@@ -190,6 +190,46 @@ fn many_parks_due_at_once_are_all_released_over_several_sweeps() {
 }
 
 #[test]
+fn a_green_thread_parked_inside_a_generator_keeps_its_own_stack_whole() {
+    // Its saved stack pointer is on the generator's stack; where its own stack is in use is
+    // not recorded, so nothing of it may be released. A green thread parked on its own stack
+    // at the same time is the witness that the sweep ran.
+    let runtime = Runtime::builder()
+        .stack_release(Some(Duration::ZERO))
+        .build()
+        .unwrap();
+    runtime.run(|| {
+        let deepest = Rc::new(Cell::new(0));
+        let seen = deepest.clone();
+        let (wake, woken) = mpsc::channel::<u64>();
+        let nested = greenweave::spawn(move || {
+            let start = black_box(&seen) as *const _ as usize;
+            let before = go_deep(start - 128 * 1024, 0, &seen);
+            let mut generator = greenweave::Coroutine::<(), u64, ()>::new(move |yielder, ()| {
+                let value = woken.recv().unwrap();
+                yielder.suspend(value);
+            });
+            let value = generator.resume(()).into_yield().unwrap();
+            (before, value)
+        });
+        let witness = spawn_deep("witness", 256 * 1024, 128 * 1024);
+        greenweave::thread::yield_now();
+        idle_until(|| !resident(witness.deepest.get()));
+        assert!(
+            resident(deepest.get()),
+            "the nested park's own stack was released"
+        );
+        wake.send(42).unwrap();
+        let (depth_sum, value) = nested.join().unwrap();
+        assert_eq!(value, 42);
+        assert!(depth_sum > 0);
+        witness.wake.send(()).unwrap();
+        let (first, again) = witness.handle.join().unwrap();
+        assert_eq!(first, again);
+    });
+}
+
+#[test]
 fn with_the_release_off_a_deep_parked_green_thread_keeps_its_pages() {
     let runtime = Runtime::builder().stack_release(None).build().unwrap();
     runtime.run(|| {
