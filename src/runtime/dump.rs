@@ -1155,7 +1155,9 @@ impl Dump {
     /// `description` and the kind's own fields: `fd` and `interest`; `joins`; `lock`,
     /// `address` and `holder`; `primitive` and `address` (a channel, condvar, event...);
     /// `futex`; `running` (a scope); `other_worker` and `green_thread` (a join on another worker)), `parked_for_ms`, `deadline_in_ms`,
-    /// `waits_for`, `backtrace` (`symbol`, `location`)) and `cycles`.
+    /// `waits_for`, `stack` (`used`, `peak`, `size` in bytes, as [`GreenThread::stack_used`],
+    /// [`GreenThread::stack_peak`] and [`GreenThread::stack_size`]; `null` while it runs),
+    /// `backtrace` (`symbol`, `location`)) and `cycles`.
     ///
     /// ```
     /// greenweave::run(|| {
