@@ -319,13 +319,25 @@ fn the_dump_shows_current_and_peak_stack_use() {
         .unwrap();
     runtime.run(|| {
         let deep = spawn_deep("deep", 256 * 1024, 128 * 1024);
-        let dump = greenweave::runtime::dump_without_backtraces();
-        let entry = dump
+        // Before any sweep, a dump without backtraces makes no system call: it knows the
+        // current use only.
+        let cheap = greenweave::runtime::dump_without_backtraces();
+        let entry = cheap
             .green_threads()
             .iter()
             .find(|thread| thread.name() == Some("deep"))
             .unwrap();
         let used = entry.stack_used().unwrap();
+        assert!(entry.stack_peak().unwrap() >= used);
+        assert!(entry.stack_peak().unwrap() < 64 * 1024);
+        // A dump with backtraces reads the page tables.
+        let dump = greenweave::runtime::dump();
+        let entry = dump
+            .green_threads()
+            .iter()
+            .find(|thread| thread.name() == Some("deep"))
+            .unwrap();
+        assert_eq!(entry.stack_used(), Some(used));
         let peak = entry.stack_peak().unwrap();
         assert_eq!(entry.stack_size(), Some(256 * 1024));
         assert!(used < 32 * 1024, "parked near its top: {used}");
@@ -346,8 +358,9 @@ fn the_dump_shows_current_and_peak_stack_use() {
             )),
             "{json}"
         );
-        // The peak survives the release of the pages it was measured from.
-        idle_until(|| releases() >= 1);
+        // The peak survives the release of the pages it was measured from, and the cheap dump
+        // knows it too once the sweep has measured the park.
+        idle_until(|| !resident(deep.deepest.get()));
         let dump = greenweave::runtime::dump_without_backtraces();
         let entry = dump
             .green_threads()

@@ -288,7 +288,7 @@ fn describe(
         deadline_in,
         parent: (parent != 0).then_some(parent),
         in_scope: task.scope.get(),
-        stack: super::stack_release::measure(task, mincore),
+        stack: super::stack_release::measure(task, backtraces.then_some(mincore)),
         backtrace,
     }
 }
@@ -992,10 +992,17 @@ impl GreenThread {
     }
 
     /// The most of its stack it has been seen to use, in bytes: the deepest page it has
-    /// touched (read with `mincore` when the dump is taken, and remembered across the
-    /// releases of [`Builder::stack_release`](super::Builder::stack_release)), so a whole
-    /// number of pages. A stack reused from a finished green thread may show pages that one
-    /// touched until they are released. `None` for a green thread that runs.
+    /// touched, so a whole number of pages, remembered across the releases of
+    /// [`Builder::stack_release`](super::Builder::stack_release). `None` for a green thread
+    /// that runs.
+    ///
+    /// [`dump`](super::dump()) reads it from the page tables (`mincore`, about a microsecond
+    /// per stack) unless the long-park sweep has measured this very park. A dump without
+    /// backtraces, made to stay cheap for a million green threads, makes no system call: its
+    /// peak is the deepest measured so far (by the sweep, a dump with backtraces) or the
+    /// current use if that is deeper, so a green thread that went deep and parked less than
+    /// the release threshold ago may show less than it used. A green thread on a stack reused
+    /// from a finished one may show pages that one touched until the sweep releases them.
     pub fn stack_peak(&self) -> Option<usize> {
         self.stack.map(|stack| stack.peak)
     }
