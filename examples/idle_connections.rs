@@ -5,21 +5,24 @@
 //! ```sh
 //! cargo run --release --example idle_connections                   # 10,000 connections
 //! cargo run --release --example idle_connections -- --count 1000
+//! cargo run --release --example idle_connections -- --quick         # 100, for CI
 //! ```
 //!
-//! The server (this process) runs one green thread per connection on one worker. Its clients
-//! are a child process (this program again, `--client`), so that their memory is not the
-//! server's: each connection sends one request, whose handler goes 128 KiB deep (a TLS
-//! handshake, a JSON document) before it answers, then stays open and idle. The server reads
-//! `/proc/self/status` (user space: `RssAnon`, and the page tables, `VmPTE`) before the
+//! The server runs one green thread per connection on one worker. Its clients run on a plain
+//! OS thread of the same process (their user-space memory is a `TcpStream`, one fd, each, and
+//! the thread's stack), or in a child process (this program with `--client`) when both ends
+//! of every connection do not fit under the open-file limit: each connection sends one request, whose handler goes 128 KiB deep (a
+//! TLS handshake, a JSON document) before it answers, then stays open and idle. The server
+//! reads `/proc/self/status` (user space: `RssAnon`, and the page tables, `VmPTE`) before the
 //! connections, after every answer, and after the sweep (threshold 5 s here, so the first
-//! reading comes before it; the default is 1 s), and `/proc/net/sockstat`'s TCP `mem` (pages
-//! of socket buffers, for the whole machine: both ends of each loopback connection, and
-//! anything else running) at the same moments.
+//! reading comes before it; the default is 1 s), and the kernel's side at the same moments:
+//! `/proc/net/sockstat`'s TCP `mem` (pages of socket buffers) and, where readable (root),
+//! `/proc/slabinfo` (the socket objects), both for the whole machine: both ends of each
+//! loopback connection, and anything else running.
 
 use std::cell::Cell;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Command, ExitCode, Stdio};
+use std::io::{Read, Write};
+use std::process::ExitCode;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -33,13 +36,13 @@ const DEEP_BYTES: usize = 128 * 1024;
 const RELEASE_AFTER: Duration = Duration::from_secs(5);
 
 fn main() -> ExitCode {
-    fd_limit::raise_fd_limit();
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.as_slice() {
-        [flag, addr, count] if flag == "--client" => client(addr, count.parse().unwrap()),
-        [] => server(DEFAULT_COUNT),
+        [flag, addr, count] if flag == "--client" => client_process(addr, count),
+        [] => server(DEFAULT_COUNT, RELEASE_AFTER),
+        [flag] if flag == "--quick" => server(100, Duration::from_secs(1)),
         [flag, count] if flag == "--count" => match count.replace('_', "").parse() {
-            Ok(count) if count > 0 => server(count),
+            Ok(count) if count > 0 => server(count, RELEASE_AFTER),
             _ => usage(),
         },
         _ => usage(),
@@ -47,13 +50,13 @@ fn main() -> ExitCode {
 }
 
 fn usage() -> ExitCode {
-    eprintln!("usage: idle_connections [--count N]   (N connections, default 10000)");
+    eprintln!("usage: idle_connections [--count N | --quick]   (N connections, default 10000)");
     ExitCode::from(2)
 }
 
-/// The clients: `count` connections to `addr`, one request and its answer each, then idle
-/// until stdin closes.
-fn client(addr: &str, count: usize) -> ExitCode {
+/// The clients: `count` connections to `addr`, one request and its answer each; says so on
+/// `connected`, then holds them open until `stop` says (or its sender goes).
+fn client(addr: std::net::SocketAddr, count: usize, connected: impl FnOnce(), stop: impl FnOnce()) {
     let mut streams = Vec::with_capacity(count);
     for _ in 0..count {
         let mut stream = std::net::TcpStream::connect(addr).expect("connect");
@@ -63,9 +66,87 @@ fn client(addr: &str, count: usize) -> ExitCode {
         assert_eq!(&answer, b"D");
         streams.push(stream);
     }
-    println!("connected");
-    let _ = std::io::stdin().read_to_end(&mut Vec::new());
+    connected();
+    stop();
+}
+
+/// `--client ADDR COUNT`: [`client`] in a process of its own (for more connections than one
+/// process may have files open for both ends): says `connected` on stdout, then holds the
+/// connections until stdin closes.
+fn client_process(addr: &str, count: &str) -> ExitCode {
+    fd_limit::raise_fd_limit();
+    let (Ok(addr), Ok(count)) = (addr.parse(), count.parse()) else {
+        return usage();
+    };
+    client(
+        addr,
+        count,
+        || println!("connected"),
+        || {
+            let _ = std::io::stdin().read_to_end(&mut Vec::new());
+        },
+    );
     ExitCode::SUCCESS
+}
+
+/// Where the clients run: a thread of this process, or (when both ends of every connection
+/// would not fit under the open-file limit) a child process.
+enum Clients {
+    Thread(std::thread::JoinHandle<()>, std::sync::mpsc::Sender<()>),
+    Process(std::process::Child),
+}
+
+impl Clients {
+    /// Starts `count` clients of `addr` and returns once they are connected (parking the
+    /// calling green thread).
+    fn start(addr: std::net::SocketAddr, count: usize, in_process: bool) -> Clients {
+        if in_process {
+            let (connected, connections_made) = greenweave::sync::shared::channel();
+            let (stop, stopped) = std::sync::mpsc::channel::<()>();
+            let thread = std::thread::spawn(move || {
+                client(
+                    addr,
+                    count,
+                    || connected.send(()).expect("the server waits"),
+                    || {
+                        let _ = stopped.recv();
+                    },
+                )
+            });
+            connections_made.recv().expect("the clients connected");
+            return Clients::Thread(thread, stop);
+        }
+        let mut child =
+            std::process::Command::new(std::env::current_exe().expect("this program's path"))
+                .args(["--client", &addr.to_string(), &count.to_string()])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("start the clients' process");
+        let stdout = child.stdout.take().expect("piped");
+        // Reading the child's line blocks: off the worker.
+        let line = greenweave::unblock(move || {
+            let mut line = String::new();
+            std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line)
+                .map(|_| line)
+        });
+        assert_eq!(line.expect("the clients' line").trim(), "connected");
+        Clients::Process(child)
+    }
+
+    /// Closes every client connection.
+    fn stop(self) {
+        match self {
+            Clients::Thread(thread, stop) => {
+                drop(stop);
+                greenweave::unblock(move || thread.join()).expect("the clients' thread");
+            }
+            Clients::Process(mut child) => {
+                drop(child.stdin.take());
+                let _ = greenweave::unblock(move || child.wait());
+            }
+        }
+    }
 }
 
 /// Touches `bytes` of stack below the caller, 4 KiB at a time.
@@ -153,9 +234,36 @@ fn read_memory() -> Reading {
     }
 }
 
-fn server(count: usize) -> ExitCode {
+/// Makes room for `fds` open files: the soft limit raised to the hard one, and both raised
+/// further if that is short (which needs privilege); says what to do if it cannot.
+fn make_room_for(fds: u64) -> Result<(), String> {
+    if fd_limit::raise_fd_limit() >= fds {
+        return Ok(());
+    }
+    let wanted = libc::rlimit {
+        rlim_cur: fds,
+        rlim_max: fds,
+    };
+    // SAFETY: `wanted` is a valid rlimit; raising the hard limit needs CAP_SYS_RESOURCE, and
+    // without it the call fails and changes nothing.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &wanted) } == 0 {
+        return Ok(());
+    }
+    Err(format!(
+        "idle_connections: {fds} open files are needed, more than the hard limit allows; \
+         raise it (ulimit -Hn {fds}, as root) or use --count"
+    ))
+}
+
+fn server(count: usize, release_after: Duration) -> ExitCode {
+    // Both ends in this process if they fit, else the clients in a child process.
+    let in_process = make_room_for(2 * count as u64 + 256).is_ok();
+    if let Err(message) = make_room_for(count as u64 + 256) {
+        eprintln!("{message}");
+        return ExitCode::from(2);
+    }
     let runtime = greenweave::Runtime::builder()
-        .stack_release(Some(RELEASE_AFTER))
+        .stack_release(Some(release_after))
         .build()
         .expect("runtime");
     runtime.run(move || {
@@ -171,20 +279,7 @@ fn server(count: usize) -> ExitCode {
                 greenweave::spawn(move || serve(stream, answered));
             }
         });
-        let exe = std::env::current_exe().expect("this program's path");
-        let mut clients = Command::new(exe)
-            .args(["--client", &addr.to_string(), &count.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start the clients");
-        let stdout = clients.stdout.take().expect("piped");
-        // Reading the child's "connected" line blocks: off the worker.
-        let connected = greenweave::unblock(move || {
-            let mut line = String::new();
-            BufReader::new(stdout).read_line(&mut line).map(|_| line)
-        });
-        assert_eq!(connected.expect("the clients' line").trim(), "connected");
+        let clients = Clients::start(addr, count, in_process);
         acceptor.join().expect("acceptor");
         assert_eq!(answered.get(), count);
         let deep = read_memory();
@@ -230,8 +325,7 @@ fn server(count: usize) -> ExitCode {
             metrics.stack_bytes_released(),
             per(metrics.long_parked_stack_bytes() as usize)
         );
-        drop(clients.stdin.take());
-        let _ = greenweave::unblock(move || clients.wait());
+        clients.stop();
     });
     ExitCode::SUCCESS
 }
