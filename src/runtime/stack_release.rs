@@ -200,7 +200,7 @@ impl StackSweep {
     }
 
     /// A look of the scheduler at `now`, having made `runs` runs so far: sweeps if one is due
-    /// (calling `for_each_parked_or_not` to visit every unfinished task), and returns when the
+    /// (calling `visit_tasks` to visit every unfinished task), and returns when the
     /// next is due, for an idle scheduler's `epoll_wait` timeout.
     #[inline]
     pub(crate) fn look(
