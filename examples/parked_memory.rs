@@ -8,7 +8,16 @@
 //! cargo run --release --example parked_memory                    # 100,000 green threads
 //! cargo run --release --example parked_memory -- --count 1000000
 //! cargo run --release --example parked_memory -- --quick         # 10,000, for CI
+//! cargo run --release --example parked_memory -- --deep --count 10000
 //! ```
+//!
+//! With `--deep`, each green thread first goes 128 KiB deep (a handler that once parsed a
+//! large request), then parks; the example prints the memory held right after they park, then
+//! waits until the runtime's long-park sweep (`runtime::Builder::stack_release`, set to 5 s
+//! here so that the first sweep comes after the measurement; the default is 1 s) has released
+//! their stacks below the stack pointer, and prints it again: the bytes held before and after
+//! the release. The release frees data pages, not the page tables that
+//! mapped them (VmPTE stays).
 //!
 //! Each stack's guard page is either a guard region (Linux 6.13+, `MADV_GUARD_INSTALL`: one
 //! mapping per stack, and neighbouring stacks merge into one) or a `PROT_NONE` page (two
@@ -28,6 +37,8 @@ const USAGE: &str = "usage: parked_memory [--count N | --quick]
 
   --count N   green threads to park, each on a default-size (256 KiB) stack (default 100000)
   --quick     park 10000 green threads (for CI)
+  --deep      each green thread goes 128 KiB deep before it parks; print memory after they
+              park and again after the long-park sweep has released their deep pages
 
 Prints resident memory (VmRSS, RssAnon and the page tables, VmPTE, from /proc/self/status)
 before spawning and while all green threads are parked, per green thread, the number of memory
@@ -43,12 +54,21 @@ const QUICK_COUNT: usize = 10_000;
 /// allocator's arenas, the handle vector, the main green thread's stack, pooled stacks.
 const MAPPING_HEADROOM: usize = 1_000;
 
-fn parse_count() -> Result<usize, String> {
+/// How deep each green thread goes before it parks with `--deep`.
+const DEEP_BYTES: usize = 128 * 1024;
+
+/// The long-park threshold with `--deep` (`runtime::Builder::stack_release`; the default is
+/// 1 s).
+const DEEP_RELEASE_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn parse_count() -> Result<(usize, bool), String> {
     let mut count = DEFAULT_COUNT;
+    let mut deep = false;
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => count = QUICK_COUNT,
+            "--deep" => deep = true,
             "--count" => {
                 let value = args.next().ok_or("--count needs a value")?;
                 count = value
@@ -63,12 +83,12 @@ fn parse_count() -> Result<usize, String> {
     if count == 0 {
         return Err("--count must be at least 1".to_owned());
     }
-    Ok(count)
+    Ok((count, deep))
 }
 
 fn main() -> ExitCode {
-    let count = match parse_count() {
-        Ok(count) => count,
+    let (count, deep) = match parse_count() {
+        Ok(parsed) => parsed,
         Err(message) => {
             if !message.is_empty() {
                 eprintln!("parked_memory: {message}\n");
@@ -89,7 +109,18 @@ fn main() -> ExitCode {
     }
     println!("parking {count} green threads; guard kind: {guard}");
 
-    match greenweave::run(move || park_and_measure(count, &guard)) {
+    // With --deep, a release threshold long enough for every green thread to have parked (and
+    // the memory to be read) before the first sweep: spawning 10,000 that each touch 128 KiB
+    // takes over a second here.
+    let runtime = greenweave::Runtime::builder()
+        .stack_release(Some(if deep {
+            DEEP_RELEASE_AFTER
+        } else {
+            std::time::Duration::from_secs(1)
+        }))
+        .build()
+        .expect("a runtime with default settings builds");
+    match runtime.run(move || park_and_measure(count, deep, &guard)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("parked_memory: {message}");
@@ -220,7 +251,17 @@ fn smaps_entry(address: usize) -> Option<(usize, usize)> {
     None
 }
 
-fn park_and_measure(count: usize, guard: &str) -> Result<(), String> {
+/// Touches `bytes` of stack below the caller, 4 KiB at a time, and returns.
+#[inline(never)]
+fn go_deep(bytes: usize) {
+    let mut frame = [0u8; 4096];
+    std::hint::black_box(&mut frame);
+    if bytes > frame.len() {
+        go_deep(bytes - frame.len());
+    }
+}
+
+fn park_and_measure(count: usize, deep: bool, guard: &str) -> Result<(), String> {
     let before = resident();
     let maps_before = mapping_count();
 
@@ -236,6 +277,9 @@ fn park_and_measure(count: usize, guard: &str) -> Result<(), String> {
             let marker = 0u8;
             if i == 0 {
                 sample.set(std::hint::black_box(&marker) as *const u8 as usize);
+            }
+            if deep {
+                go_deep(DEEP_BYTES);
             }
             parked.set(parked.get() + 1);
             waits_on.wait();
@@ -316,6 +360,50 @@ fn park_and_measure(count: usize, guard: &str) -> Result<(), String> {
             rss as f64 / stacks as f64,
             Stack::DEFAULT_SIZE / 1024,
             rss / 1024
+        );
+    }
+
+    if deep {
+        // Wait for the long-park sweep (5 s after they parked, at the scheduler's next look):
+        // the event is the metrics' count of releases reaching one per green thread.
+        let waited = Instant::now();
+        while greenweave::runtime::metrics().stack_release_count() < count as u64 {
+            greenweave::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let metrics = greenweave::runtime::metrics();
+        let after = resident();
+        println!(
+            "after the long-park sweep ({:.2} s later): {} releases, {:.1} MiB released ({:.0} \
+             bytes per green thread)",
+            waited.elapsed().as_secs_f64(),
+            metrics.stack_release_count(),
+            mib(metrics.stack_bytes_released() as usize),
+            per(metrics.stack_bytes_released() as usize)
+        );
+        for (name, base, was, now) in [
+            ("VmRSS:  ", before.rss, during.rss, after.rss),
+            ("RssAnon:", before.anon, during.anon, after.anon),
+            (
+                "VmPTE:  ",
+                before.page_tables,
+                during.page_tables,
+                after.page_tables,
+            ),
+        ] {
+            println!(
+                "{name} {:>8.1} MiB parked deep, {:>8.1} MiB after the release: {:.0} -> {:.0} \
+                 bytes per green thread",
+                mib(was),
+                mib(now),
+                per(was.saturating_sub(base)),
+                per(now.saturating_sub(base)),
+            );
+        }
+        println!(
+            "long-parked stacks hold {:.1} MiB ({:.0} bytes per green thread; \
+             RuntimeMetrics::long_parked_stack_bytes)",
+            mib(metrics.long_parked_stack_bytes() as usize),
+            per(metrics.long_parked_stack_bytes() as usize)
         );
     }
 

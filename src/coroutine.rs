@@ -217,6 +217,13 @@ impl<I, Y, R> Coroutine<I, Y, R> {
         self.stack.limit()..self.stack.top().as_ptr() as usize
     }
 
+    /// The stack the body runs on (for `runtime::stack_release`, which reads which of its
+    /// pages are resident and releases those below a parked green thread's stack pointer).
+    #[inline]
+    pub(crate) fn stack(&self) -> &Stack {
+        &self.stack
+    }
+
     /// Where the next resume will read first: the saved register frame of a suspended (or
     /// unstarted) coroutine, for the scheduler to prefetch before it gets there. `None` once it
     /// has finished.

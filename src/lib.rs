@@ -17,6 +17,7 @@
 //! | std and C code nobody rewrote (std's sockets, sleeps, locks; blocking client crates) to park only its green thread | the cargo feature `hooks` (the `hooks` module); [`unblock`] for what it does not cover |
 //! | what every green thread is waiting for, from inside or by a signal | [`runtime::dump`], [`runtime::Builder::dump_on_signal`]; a run that never parks: [`runtime::Builder::stall_report`] |
 //! | counts to log or export (runs, parks, I/O, the ready queue, scheduling delay) | [`runtime::metrics`] |
+//! | how much stack each green thread uses, and idle ones that hand back what a deep call touched | [`runtime::GreenThread::stack_peak`] in a dump, [`runtime::Builder::stack_release`] (on by default: 1 s), [`runtime::RuntimeMetrics::stack_bytes_released`] |
 //! | async crates (tokio-postgres, sqlx, reqwest, redis's async client) from green threads | [`block_on`], with the cargo feature `tokio` (a tokio runtime per worker, driven by its scheduler); async code awaits a green thread's [`thread::JoinHandle`], and a tokio program spawns green threads with [`Runtime::start`] |
 //!
 //! ## Green threads

@@ -165,6 +165,10 @@ pub(super) const SAVED_FRAME_BYTES: usize = 32;
 /// Bytes of the initial frame: the switch's 32 and the entry's 16-byte slot above it.
 pub(super) const INITIAL_FRAME_BYTES: usize = 48;
 
+/// AAPCS64 defines no red zone: a function keeps nothing below the stack pointer (a signal
+/// frame may be pushed right below it at any instruction).
+pub(super) const RED_ZONE_BYTES: usize = 0;
+
 /// # Safety
 /// `top` is 16-byte aligned and the 48 bytes below it are writable and unused.
 #[inline]

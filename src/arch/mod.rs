@@ -61,6 +61,10 @@ pub(crate) const SAVED_FRAME_BYTES: usize = imp::SAVED_FRAME_BYTES;
 /// Bytes that [`init_stack`] uses at the top of a fresh stack before the entry runs.
 pub(crate) const INITIAL_FRAME_BYTES: usize = imp::INITIAL_FRAME_BYTES;
 
+/// Bytes below the stack pointer that the ABI lets a function use without moving it (the red
+/// zone): live data of a running context may lie there, never below it.
+pub(crate) const RED_ZONE_BYTES: usize = imp::RED_ZONE_BYTES;
+
 /// The saved stack pointer of a context that is not running.
 ///
 /// It points at the register frame the switch routine pushed (or [`init_stack`] built); it is

@@ -166,6 +166,10 @@ pub(super) const SAVED_FRAME_BYTES: usize = 24;
 /// Bytes of the initial frame, including the padding word.
 pub(super) const INITIAL_FRAME_BYTES: usize = 40;
 
+/// The red zone (SysV x86_64 ABI 3.2.2): the 128 bytes below the stack pointer that a leaf
+/// function may use without moving it, and that signal delivery therefore skips.
+pub(super) const RED_ZONE_BYTES: usize = 128;
+
 /// # Safety
 /// `top` is 16-byte aligned and the 40 bytes below it are writable and unused.
 #[inline]

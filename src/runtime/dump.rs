@@ -50,6 +50,7 @@ use std::time::{Duration, Instant};
 
 use super::reactor::Interest;
 use super::scheduler::{self, Scheduler};
+use super::stack_release::StackUse;
 use super::task::{SelectWait, Task, TaskState, Wait};
 use super::workers::Pool;
 use crate::sys::os_thread::{self, Numbering, ThreadState};
@@ -243,18 +244,18 @@ fn collect_answers(pool: &Pool, answers: mpsc::Receiver<Answer>) -> Dump {
 fn worker_part(scheduler: &Scheduler, backtraces: bool) -> Vec<GreenThread> {
     let now = Instant::now();
     let worker = scheduler.worker.index;
-    let mut part = Vec::new();
+    let mut part = (Vec::new(), Vec::new());
     let mut walker = backtraces.then(StackWalker::default);
     scheduler.for_each_task(
         &mut part,
-        |part, count| part.reserve_exact(count),
-        |part, task| {
+        |(part, _), count| part.reserve_exact(count),
+        |(part, mincore), task| {
             if task.state.get() != TaskState::Finished {
-                part.push(describe(task, worker, now, walker.as_mut()));
+                part.push(describe(task, worker, now, walker.as_mut(), mincore));
             }
         },
     );
-    part
+    part.0
 }
 
 fn describe(
@@ -262,6 +263,7 @@ fn describe(
     worker: usize,
     now: Instant,
     walker: Option<&mut StackWalker>,
+    mincore: &mut Vec<u8>,
 ) -> GreenThread {
     let state = match task.state.get() {
         TaskState::Running => GreenThreadState::Running,
@@ -279,6 +281,9 @@ fn describe(
     let deadline_in = parked
         .and(task.parked_until.get())
         .map(|until| until.saturating_duration_since(now));
+    // A dump with backtraces also measures each stack's peak (one `mincore`); the cheap one
+    // reports the peak the long-park sweep last measured.
+    let backtraces = walker.is_some();
     let backtrace = walker.and_then(|walker| walker.walk(task));
     let parent = task.parent.get();
     GreenThread {
@@ -291,6 +296,7 @@ fn describe(
         deadline_in,
         parent: (parent != 0).then_some(parent),
         in_scope: task.scope.get(),
+        stack: super::stack_release::measure(task, backtraces.then_some(mincore)),
         backtrace,
     }
 }
@@ -416,6 +422,8 @@ pub struct GreenThread {
     /// The address of the `thread::scope` it was spawned in (0: none); internal, to find a
     /// scope's green threads.
     in_scope: usize,
+    /// Its stack's use (`runtime::stack_release`); `None` while it runs.
+    stack: Option<StackUse>,
     /// Its parked stack, shared with every green thread parked with the same one.
     backtrace: Option<Arc<DistinctStack>>,
 }
@@ -931,6 +939,50 @@ impl GreenThread {
         self.backtrace.as_deref().map(DistinctStack::frames)
     }
 
+    /// How many bytes of its stack it uses now: from the top of its stack to its saved stack
+    /// pointer. `None` for a green thread that runs, has not started, or is suspended inside a
+    /// coroutine or greenlet it runs (on that one's stack).
+    ///
+    /// ```
+    /// greenweave::run(|| {
+    ///     let sleeper = greenweave::thread::Builder::new()
+    ///         .name("sleeper".into())
+    ///         .spawn(|| greenweave::thread::sleep(std::time::Duration::from_secs(60)))
+    ///         .unwrap();
+    ///     greenweave::thread::yield_now();
+    ///     let dump = greenweave::runtime::dump_without_backtraces();
+    ///     let entry = dump.green_threads().iter().find(|t| t.name() == Some("sleeper")).unwrap();
+    ///     let used = entry.stack_used().unwrap();
+    ///     assert!(used > 0 && used <= entry.stack_peak().unwrap());
+    ///     assert!(entry.stack_peak().unwrap() <= entry.stack_size().unwrap());
+    ///     sleeper.cancel();
+    /// });
+    /// ```
+    pub fn stack_used(&self) -> Option<usize> {
+        self.stack.and_then(|stack| stack.current)
+    }
+
+    /// The most of its stack it has been seen to use, in bytes: the deepest page it has
+    /// touched, so a whole number of pages, remembered across the releases of
+    /// [`Builder::stack_release`](super::Builder::stack_release). `None` for a green thread
+    /// that runs.
+    ///
+    /// [`dump`](super::dump()) reads it from the page tables (`mincore`, about a microsecond
+    /// per stack) unless the long-park sweep has measured this very park. A dump without
+    /// backtraces, made to stay cheap for a million green threads, makes no system call: its
+    /// peak is the deepest measured so far (by the sweep, a dump with backtraces) or the
+    /// current use if that is deeper, so a green thread that went deep and parked less than
+    /// the release threshold ago may show less than it used. A green thread on a stack reused
+    /// from a finished one may show pages that one touched until the sweep releases them.
+    pub fn stack_peak(&self) -> Option<usize> {
+        self.stack.map(|stack| stack.peak)
+    }
+
+    /// The usable size of its stack, in bytes; `None` for a green thread that runs.
+    pub fn stack_size(&self) -> Option<usize> {
+        self.stack.map(|stack| stack.size)
+    }
+
     fn describe(&self) -> String {
         match &self.name {
             Some(name) => format!("'{name}' (id {})", self.id),
@@ -1102,8 +1154,10 @@ impl Dump {
     /// `description` and the kind's own fields: `fd` and `interest`; `joins`; `lock`,
     /// `address` and `holder`; `primitive` and `address` (a channel, condvar, event...);
     /// `futex`; `running` (a scope); `other_worker` and `green_thread` (a join on another worker)), `parked_for_ms`, `deadline_in_ms`,
-    /// `waits_for`, `backtrace_id` (the same number for green threads with the same backtrace,
-    /// from 1; `null` without one), `backtrace` (`symbol`, `location`)) and `cycles`.
+    /// `waits_for`, `stack` (`used`, `peak`, `size` in bytes, as [`GreenThread::stack_used`],
+    /// [`GreenThread::stack_peak`] and [`GreenThread::stack_size`]; `null` while it runs),
+    /// `backtrace_id` (the same number for green threads with the same backtrace, from 1;
+    /// `null` without one), `backtrace` (`symbol`, `location`)) and `cycles`.
     ///
     /// ```
     /// greenweave::run(|| {
@@ -1219,6 +1273,15 @@ impl GreenThread {
         json_millis(out, self.deadline_in);
         out.push_str(",\"waits_for\":");
         json_option(out, self.waits_for());
+        out.push_str(",\"stack\":");
+        match self.stack {
+            None => out.push_str("null"),
+            Some(stack) => {
+                out.push_str("{\"used\":");
+                json_option(out, stack.current.map(|used| used as u64));
+                let _ = write!(out, ",\"peak\":{},\"size\":{}}}", stack.peak, stack.size);
+            }
+        }
         out.push_str(",\"backtrace_id\":");
         let shared = self
             .backtrace
@@ -1337,6 +1400,13 @@ impl fmt::Display for Dump {
                 write!(f, " (deadline in {})", human(deadline_in))?;
             }
             writeln!(f)?;
+            if let Some(stack) = thread.stack {
+                write!(f, "    stack: ")?;
+                if let Some(used) = stack.current {
+                    write!(f, "{} in use, ", bytes(used))?;
+                }
+                writeln!(f, "{} at most, of {}", bytes(stack.peak), bytes(stack.size))?;
+            }
             let chain = self.wait_chain(thread.id);
             if chain.len() > 1 {
                 let names: Vec<String> = chain.iter().map(u64::to_string).collect();
@@ -1421,6 +1491,17 @@ fn share_backtraces(threads: &mut [GreenThread]) {
         if !Arc::ptr_eq(replacement, stack) {
             *stack = replacement.clone();
         }
+    }
+}
+
+/// A size for people: `712 B`, `3.5 KiB`, `132 KiB`, `8 MiB`.
+fn bytes(bytes: usize) -> String {
+    const KIB: usize = 1024;
+    match bytes {
+        0..KIB => format!("{bytes} B"),
+        KIB..10240 => format!("{:.1} KiB", bytes as f64 / KIB as f64),
+        10240..1_048_576 => format!("{} KiB", bytes / KIB),
+        _ => format!("{:.1} MiB", bytes as f64 / 1_048_576.0),
     }
 }
 

@@ -178,6 +178,10 @@ pub(crate) struct WorkerMetrics {
     blocking_threads: AtomicUsize,
     blocking_idle: AtomicUsize,
     blocking_queued: AtomicUsize,
+    // The long-park sweep (`runtime::stack_release`).
+    stack_releases: Counter,
+    stack_bytes_released: Counter,
+    long_parked_stack_bytes: Counter,
 }
 
 impl WorkerMetrics {
@@ -209,6 +213,15 @@ impl WorkerMetrics {
     pub(crate) fn record_delay(&self, delay: Duration) {
         let nanos = u64::try_from(delay.as_nanos()).unwrap_or(u64::MAX);
         self.delay[delay_bucket(nanos)].add(1);
+    }
+
+    /// One sweep of the long-parked green threads' stacks: `releases` of them gave back
+    /// `released` bytes, and the stacks of those parked for the threshold or longer hold
+    /// `held` bytes now.
+    pub(crate) fn stacks_swept(&self, releases: u64, released: u64, held: u64) {
+        self.stack_releases.add(releases);
+        self.stack_bytes_released.add(released);
+        self.long_parked_stack_bytes.set(held);
     }
 
     /// The blocking pool's state, as it is now (called under the pool's lock).
@@ -660,6 +673,85 @@ impl RuntimeMetrics {
             .iter()
             .map(|worker| worker.blocking_queued.load(Ordering::Relaxed))
             .sum()
+    }
+
+    /// How many times a long-parked green thread's stack gave back the pages below its stack
+    /// pointer (its high-water pages): at most once per park, for a green thread parked for
+    /// [`Builder::stack_release`](super::Builder::stack_release)'s threshold (1 s by default)
+    /// whose stack held pages there. See [`stack_bytes_released`](Self::stack_bytes_released).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// use greenweave::Runtime;
+    ///
+    /// #[inline(never)]
+    /// fn go_deep() {
+    ///     let mut buffer = [7u8; 128 * 1024];
+    ///     std::hint::black_box(&mut buffer);
+    /// }
+    ///
+    /// let runtime = Runtime::builder().stack_release(Some(Duration::ZERO)).build()?;
+    /// let metrics = runtime.run(|| {
+    ///     let (wake, parked) = greenweave::sync::mpsc::channel::<()>();
+    ///     let deep = greenweave::spawn(move || {
+    ///         go_deep(); // 128 KiB of stack touched, then a long park
+    ///         parked.recv().unwrap();
+    ///     });
+    ///     // Idle turns of the scheduler until it has swept the parked green thread.
+    ///     while greenweave::runtime::metrics().stack_release_count() == 0 {
+    ///         greenweave::thread::sleep(Duration::from_millis(1));
+    ///     }
+    ///     wake.send(()).unwrap();
+    ///     deep.join().unwrap();
+    ///     greenweave::runtime::metrics()
+    /// });
+    /// assert!(metrics.stack_bytes_released() >= 100 * 1024);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn stack_release_count(&self) -> u64 {
+        self.sum(|worker| worker.stack_releases.get())
+    }
+
+    /// [`stack_release_count`](Self::stack_release_count) of worker `worker` alone.
+    ///
+    /// # Panics
+    /// If `worker` is not below [`num_workers`](Self::num_workers).
+    ///
+    /// ```
+    /// let metrics = greenweave::run(greenweave::runtime::metrics);
+    /// assert_eq!(metrics.worker_stack_release_count(0), 0);
+    /// ```
+    pub fn worker_stack_release_count(&self, worker: usize) -> u64 {
+        self.worker(worker).stack_releases.get()
+    }
+
+    /// How many bytes of stack the releases counted by
+    /// [`stack_release_count`](Self::stack_release_count) gave back to the kernel, plus those
+    /// the same sweeps released from stacks freed into the workers' stack pools (which keep
+    /// what their last green thread touched). These are data pages; the page tables that
+    /// mapped them stay (see `BENCHMARKS.md`).
+    ///
+    /// ```
+    /// let metrics = greenweave::run(greenweave::runtime::metrics);
+    /// assert_eq!(metrics.stack_bytes_released(), 0);
+    /// ```
+    pub fn stack_bytes_released(&self) -> u64 {
+        self.sum(|worker| worker.stack_bytes_released.get())
+    }
+
+    /// The bytes resident in the stacks of green threads parked for the release threshold or
+    /// longer ([`Builder::stack_release`](super::Builder::stack_release); 1 s by default), as
+    /// each worker's latest sweep found them, after its releases: what idle green threads
+    /// cost in stack. Green threads parked for less are not measured (a sweep visits a park
+    /// once, when it has lasted the threshold), nor any while the release is off (0).
+    ///
+    /// ```
+    /// let metrics = greenweave::run(greenweave::runtime::metrics);
+    /// assert_eq!(metrics.long_parked_stack_bytes(), 0);
+    /// ```
+    pub fn long_parked_stack_bytes(&self) -> u64 {
+        self.sum(|worker| worker.long_parked_stack_bytes.get())
     }
 
     /// How many buckets the scheduling delay histogram has (see

@@ -8,7 +8,8 @@
 //! thread parks), `stall` (the stall report's watchdog, see [`Builder::stall_report`]),
 //! `panic_report` (the panic hook that names the green thread, see [`run`]), `metrics` (the
 //! counters behind [`metrics()`](metrics())), `dump` (the dump of every green thread, see
-//! [`dump()`] and [`Builder::dump_on_signal`]). The
+//! [`dump()`] and [`Builder::dump_on_signal`]), `stack_release` (the sweep that gives back a
+//! long-parked green thread's high-water stack pages, see [`Builder::stack_release`]). The
 //! public face is [`run`], [`Runtime`] and [`Builder`]; green threads themselves are in
 //! [`crate::thread`], sockets in [`crate::net`].
 
@@ -24,6 +25,7 @@ pub(crate) mod parker;
 pub(crate) mod reactor;
 pub(crate) mod ring;
 pub(crate) mod scheduler;
+mod stack_release;
 mod stall;
 pub(crate) mod task;
 mod timer;
@@ -143,6 +145,7 @@ pub struct Runtime {
     stack_size: usize,
     main_stack_size: usize,
     stall_report: Option<Duration>,
+    stack_release: Option<Duration>,
     max_blocking_threads: usize,
     workers: usize,
     pins: Option<Vec<usize>>,
@@ -159,6 +162,7 @@ impl Runtime {
             stack_size: Stack::DEFAULT_SIZE,
             main_stack_size: MAIN_STACK_SIZE,
             stall_report: None,
+            stack_release: Some(stack_release::DEFAULT_RELEASE_AFTER),
             max_blocking_threads: offload::DEFAULT_MAX_BLOCKING_THREADS,
             workers: 1,
             pins: None,
@@ -173,6 +177,7 @@ impl Runtime {
             stack_size: Stack::DEFAULT_SIZE,
             main_stack_size: None,
             stall_report: None,
+            stack_release: Some(stack_release::DEFAULT_RELEASE_AFTER),
             max_blocking_threads: offload::DEFAULT_MAX_BLOCKING_THREADS,
             workers: 1,
             pins: None,
@@ -379,6 +384,7 @@ pub struct Builder {
     stack_size: usize,
     main_stack_size: Option<usize>,
     stall_report: Option<Duration>,
+    stack_release: Option<Duration>,
     max_blocking_threads: usize,
     workers: usize,
     pins: Option<Vec<usize>>,
@@ -577,6 +583,53 @@ impl Builder {
         self
     }
 
+    /// Gives back the stack pages of green threads parked for `after` or longer that lie below
+    /// their stack pointer: a green thread that once went 100 KiB deep (a TLS handshake, a
+    /// large JSON document) and then waits for its next request holds only the pages its
+    /// parked frames use. `None` turns it off. Default: `Some(1 s)`.
+    ///
+    /// The scheduler sweeps in its idle time and at its polls (every few dozen green threads
+    /// it runs), never on a park or a switch: a park that lasts `after` is swept once, with
+    /// one `mincore` over its stack to find the pages touched below its stack pointer, and the
+    /// ranges of every green thread swept at once are released with one `MADV_DONTNEED` call
+    /// (`process_madvise`). A green thread that wakes and goes deep again gets fresh zeroed
+    /// pages, as on its first descent (a page fault per 4 KiB page it touches again). The
+    /// figures are in [`RuntimeMetrics`]: [`stack_release_count`](RuntimeMetrics::stack_release_count),
+    /// [`stack_bytes_released`](RuntimeMetrics::stack_bytes_released) and
+    /// [`long_parked_stack_bytes`](RuntimeMetrics::long_parked_stack_bytes). Page tables are
+    /// not freed, only the pages they map.
+    ///
+    /// The sweep also learns how deep each stack has gone: a green thread whose stack use
+    /// passes 75% of its stack gets one warning line on stderr, naming it, before it
+    /// overflows. That line comes at the first sweep (or [`dump()`]) after the deep call, so
+    /// a green thread that never parks for `after` is warned only by a dump; with the release
+    /// off, only a dump warns.
+    ///
+    /// `Duration::ZERO` sweeps every park at the scheduler's next look (when it polls or goes
+    /// idle): for tests, or a program that would rather pay the page faults than hold pages.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// use greenweave::Runtime;
+    ///
+    /// // Idle connections give back their deep pages after 5 s instead of 1 s.
+    /// let runtime = Runtime::builder()
+    ///     .stack_release(Some(Duration::from_secs(5)))
+    ///     .build()?;
+    /// assert_eq!(runtime.run(|| 6 * 7), 42);
+    /// // Never release.
+    /// let runtime = Runtime::builder().stack_release(None).build()?;
+    /// assert_eq!(runtime.run(|| 6 * 7), 42);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn stack_release(mut self, after: Option<Duration>) -> Builder {
+        self.stack_release = after;
+        self
+    }
+
     /// Writes a [`Dump`] of every green thread to stderr each time the process receives
     /// `signal` (say `libc::SIGQUIT`, as Go does, or `SIGUSR1`), while the runtime runs; the
     /// program goes on. The handler only writes a byte to a pipe; a watcher thread
@@ -657,6 +710,7 @@ impl Builder {
             stack_size: probe.size(),
             main_stack_size: main_probe.size(),
             stall_report: self.stall_report,
+            stack_release: self.stack_release,
             max_blocking_threads: self.max_blocking_threads,
             workers: self.workers,
             pins: self.pins,

@@ -28,6 +28,7 @@ use crate::sys::eventfd::EventFd;
 use super::metrics::{HotCounters, WorkerMetrics};
 use super::reactor::{Reactor, ScheduledIo};
 use super::ring::Ring;
+use super::stack_release::StackSweep;
 use super::stall::StallWatch;
 use super::task::{
     Joiner, ParkRequest, Suspend, Task, TaskCoroutine, TaskKey, TaskState, Wait, Wake,
@@ -187,6 +188,8 @@ pub(crate) struct Scheduler {
     /// A coarse clock: the time of the last poll (at most `RUNS_BETWEEN_POLLS` runs ago),
     /// which a park records as its start for `runtime::dump` without reading the clock.
     coarse_now: Cell<Instant>,
+    /// The long-park sweep of stacks (`runtime::stack_release`), unless it is off.
+    stack_sweep: Option<StackSweep>,
 }
 
 /// The runnable tasks, in FIFO order.
@@ -569,11 +572,13 @@ impl Drop for EnterGuard {
 
 impl Scheduler {
     /// A scheduler whose green threads get `default_stack_size` stacks by default, with a
-    /// stall report for runs of `stall_report` or longer if given, and at most
-    /// `max_blocking_threads` helper threads for `unblock`.
+    /// stall report for runs of `stall_report` or longer if given, the stacks of green threads
+    /// parked for `stack_release` or longer released below their stack pointer if given, and
+    /// at most `max_blocking_threads` helper threads for `unblock`.
     pub(crate) fn new(
         default_stack_size: usize,
         stall_report: Option<Duration>,
+        stack_release: Option<Duration>,
         max_blocking_threads: usize,
         worker: WorkerLink,
     ) -> io::Result<Rc<Scheduler>> {
@@ -612,6 +617,7 @@ impl Scheduler {
             blocking_pool,
             stall,
             coarse_now: Cell::new(Instant::now()),
+            stack_sweep: StackSweep::new(stack_release),
         }))
     }
 
@@ -829,6 +835,7 @@ impl Scheduler {
             if !self.ready.is_empty() {
                 continue;
             }
+            let sweep_due = self.look_at_stacks(now);
             let next_deadline = self.timers.borrow_mut().next_deadline();
             // The worker's tokio runtime's next timer, or "now" when it has work left.
             #[cfg(feature = "tokio")]
@@ -855,6 +862,15 @@ impl Scheduler {
                     OnDeadlock::Stop => return false,
                 }
             }
+            // Wake for the next stack sweep too, but only after the verdict above: a sweep
+            // due is no reason to think a green thread could wake.
+            let timeout = match sweep_due {
+                Some(due) => {
+                    let until_sweep = due.saturating_duration_since(now);
+                    Some(timeout.map_or(until_sweep, |timeout| timeout.min(until_sweep)))
+                }
+                None => timeout,
+            };
             if let Some(watch) = &self.stall {
                 watch.idle();
             }
@@ -893,6 +909,7 @@ impl Scheduler {
         if self.reactor.has_registrations() || self.remote_may_wake() {
             self.poll(Some(Duration::ZERO));
         }
+        self.look_at_stacks(now);
         #[cfg(feature = "hooks")]
         crate::hooks::std_parker_after_poll();
         let polls = self.polls_without_blocking.get().wrapping_add(1);
@@ -1082,6 +1099,18 @@ impl Scheduler {
         if let Some(watch) = &self.stall {
             watch.finished(task);
         }
+    }
+
+    /// The long-park stack sweep's look at `now` (`runtime::stack_release`): sweeps the
+    /// stacks of green threads parked long enough if one is due; returns when the next is.
+    #[inline]
+    fn look_at_stacks(&self, now: Instant) -> Option<Instant> {
+        let sweep = self.stack_sweep.as_ref()?;
+        sweep.look(now, self.runs(), &self.metrics, |each| {
+            for task in self.tasks.borrow().iter() {
+                each(task);
+            }
+        })
     }
 
     /// Fires the timers due at `now` (a clock read of the caller's: a timer that falls due
@@ -1356,6 +1385,7 @@ fn start_scheduler(settings: &super::Runtime, worker: WorkerLink) -> Rc<Schedule
     Scheduler::new(
         settings.stack_size,
         stall_report,
+        settings.stack_release,
         settings.max_blocking_threads,
         worker,
     )

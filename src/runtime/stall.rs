@@ -419,7 +419,7 @@ fn advice(activity: Activity) -> &'static str {
 /// Writes `bytes` to fd 2 with libc's `write` (not the hooks', though this thread is not a
 /// green thread anyway), retrying a short write; errors are ignored, as a report has nowhere
 /// else to go.
-fn write_to_stderr(mut bytes: &[u8]) {
+pub(crate) fn write_to_stderr(mut bytes: &[u8]) {
     while !bytes.is_empty() {
         // SAFETY: the buffer is valid for its length; write(2) on a closed or bad fd fails
         // with an error, which ends the loop.

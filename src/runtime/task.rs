@@ -18,6 +18,7 @@ use std::sync::atomic::AtomicU64;
 use std::time::Instant;
 
 use super::parker::Parker;
+use super::stack_release::StackWatch;
 use crate::coroutine::{Coroutine, Yielder};
 use crate::greenlet::World;
 
@@ -366,6 +367,9 @@ pub(crate) struct Task {
     /// Set while `block_on` polls a future on this green thread, to name the mistake of a
     /// `block_on` nested inside that poll.
     pub(crate) polling_future: Cell<bool>,
+    /// How deep its stack has gone and what the long-park sweep did with it
+    /// (`runtime::stack_release`).
+    pub(crate) stack_watch: StackWatch,
 }
 
 impl Task {
@@ -397,6 +401,7 @@ impl Task {
             parent: Cell::new(0),
             scope: Cell::new(0),
             polling_future: Cell::new(false),
+            stack_watch: StackWatch::default(),
         }
     }
 
@@ -420,6 +425,7 @@ impl Task {
         self.scope_deadline.set(None);
         self.scope.set(0);
         self.polling_future.set(false);
+        self.stack_watch.reset();
         self.result.reset();
         self.locals.reset();
         #[cfg(feature = "tracing")]

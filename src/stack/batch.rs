@@ -203,9 +203,6 @@ fn register(
 /// `process_madvise` call on ourselves. Returns whether every range was advised; `false` if the
 /// kernel cannot do it (then it is not asked again) or did only part of it.
 fn advise_each(starts: impl Iterator<Item = usize>, len: usize, advice: libc::c_int) -> bool {
-    if !VECTORED_ADVICE.load(Ordering::Relaxed) {
-        return false;
-    }
     let mut ranges = [libc::iovec {
         iov_base: ptr::null_mut(),
         iov_len: 0,
@@ -218,15 +215,47 @@ fn advise_each(starts: impl Iterator<Item = usize>, len: usize, advice: libc::c_
         };
         count += 1;
     }
-    // SAFETY: `ranges[..count]` are initialised iovecs naming ranges of a mapping that the
-    // caller owns and nothing else refers to; the advice only installs guard markers in, or
-    // commits zeroed pages to, those ranges. The call reads the array and keeps no pointer.
+    let advised = advise_ranges(&ranges[..count], advice, &VECTORED_ADVICE);
+    advised == Some(count * len)
+}
+
+/// Cleared the first time `process_madvise(MADV_DONTNEED)` on ourselves fails for a reason
+/// that would recur (kept apart from [`VECTORED_ADVICE`]: a kernel may take one advice this
+/// way and refuse the other).
+static VECTORED_RELEASE: AtomicBool = AtomicBool::new(true);
+
+/// Gives `advice` (`MADV_DONTNEED`) for each of `ranges` (at most 1024) in one
+/// `process_madvise` call on ourselves; `false` if the kernel cannot (then the caller advises
+/// range by range, and this is not tried again) or did only part of it.
+///
+/// # Safety
+/// The ranges lie in stacks the caller owns, and nothing lives in them: the advice discards
+/// their contents.
+pub(super) unsafe fn advise_self(ranges: &[libc::iovec], advice: libc::c_int) -> bool {
+    let total: usize = ranges.iter().map(|range| range.iov_len).sum();
+    advise_ranges(ranges, advice, &VECTORED_RELEASE) == Some(total)
+}
+
+/// One `process_madvise(PIDFD_SELF, ranges, advice)`, unless `vectored` says the kernel cannot
+/// take it: the bytes advised, or `None` (and `vectored` cleared if the failure would recur).
+fn advise_ranges(
+    ranges: &[libc::iovec],
+    advice: libc::c_int,
+    vectored: &AtomicBool,
+) -> Option<usize> {
+    if !vectored.load(Ordering::Relaxed) {
+        return None;
+    }
+    // SAFETY: `ranges` are initialised iovecs naming ranges of mappings that the callers own,
+    // where the advice is harmless (guard markers or committed zero pages in fresh stacks,
+    // discarded pages where nothing lives: see the callers). The call reads the array and
+    // keeps no pointer.
     let advised = unsafe {
         libc::syscall(
             libc::SYS_process_madvise,
             PIDFD_SELF,
             ranges.as_ptr(),
-            count,
+            ranges.len(),
             advice,
             0,
         )
@@ -240,9 +269,9 @@ fn advise_each(starts: impl Iterator<Item = usize>, len: usize, advice: libc::c_
             error,
             Some(libc::ENOSYS | libc::EBADF | libc::EINVAL | libc::EPERM)
         ) {
-            VECTORED_ADVICE.store(false, Ordering::Relaxed);
+            vectored.store(false, Ordering::Relaxed);
         }
-        return false;
+        return None;
     }
-    advised as usize == count * len
+    Some(advised as usize)
 }

@@ -18,6 +18,7 @@
 
 mod batch;
 pub(crate) mod pool;
+pub(crate) mod usage;
 mod valgrind;
 
 use core::fmt;

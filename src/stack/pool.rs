@@ -5,7 +5,8 @@
 //!
 //! May not: hold stacks of any other size (they would be handed to callers who asked for the
 //! default), or outlive its thread: the pool is a `thread_local!`, and its stacks are unmapped
-//! when the thread exits. Pooled stacks keep the pages their last coroutine touched.
+//! when the thread exits. Pooled stacks keep the pages their last coroutine touched, until a
+//! runtime's long-park sweep on this thread releases them ([`queue_pooled_pages`]).
 //!
 //! A stack freed while the pool is full is not unmapped at once: it waits, with up to 63
 //! others, until 64 can be unmapped together ([`batch::unmap_batch`]: one `munmap` per run of
@@ -28,6 +29,7 @@ use core::hint;
 use core::mem::ManuallyDrop;
 use std::io;
 
+use super::usage::{self, ReleaseBatch};
 use super::{Stack, batch};
 use crate::overflow;
 
@@ -67,6 +69,21 @@ impl StackList {
         // SAFETY: the link lies in the usable range of a stack that nothing runs on (it is
         // being freed); the rest of the list moves into it, to be read back once by `pop`.
         unsafe { link.write(rest) };
+    }
+
+    /// Calls `each` with every stack in the list, most recently pushed first, leaving the list
+    /// as it is.
+    fn for_each(&self, mut each: impl FnMut(&Stack)) {
+        let head = self.head.take();
+        let mut next: *const Option<ManuallyDrop<Stack>> = &head;
+        // SAFETY: `next` points at `head` or at the link of a stack in the list, written by
+        // `push` (the rest of the list) and unchanged since: nothing runs on a pooled stack,
+        // and `each` cannot reach this list (it is this module's).
+        while let Some(stack) = unsafe { &*next } {
+            each(stack);
+            next = link(stack);
+        }
+        self.head.set(head);
     }
 
     /// Takes the whole list, leaving it empty: its stacks, most recently pushed first.
@@ -268,6 +285,34 @@ fn map_default() -> io::Result<Stack> {
         }
     })?;
     Ok(highest.expect("a batch maps at least one stack"))
+}
+
+/// Adds to `batch` the pages that this thread's pooled stacks (kept, and waiting to be
+/// unmapped) hold below their top page, where their last coroutines left them; returns their
+/// bytes. Nothing lives there: a pooled stack holds only its link to the next, in its top
+/// bytes. For the long-park sweep (`runtime::stack_release`), which releases the batch before
+/// the thread can take a stack from the pool again. `mincore` reuses `scratch`.
+pub(crate) fn queue_pooled_pages(scratch: &mut Vec<u8>, batch: &mut ReleaseBatch) -> usize {
+    let page = super::page_size();
+    let mut bytes = 0;
+    let _ = POOL.try_with(|pool| {
+        for list in [&pool.kept, &pool.doomed] {
+            list.for_each(|stack| {
+                let below = stack.top().as_ptr() as usize - page;
+                let Ok(residency) = usage::residency(stack, below, scratch) else {
+                    return;
+                };
+                if let Some((start, end)) = residency.releasable {
+                    // SAFETY: the stack is in the pool: nothing runs on it, and the only
+                    // thing it holds, the link, is in its top page, above `end`. The caller
+                    // releases the batch before this thread takes a stack from the pool.
+                    unsafe { batch.push(start, end) };
+                    bytes += residency.releasable_resident;
+                }
+            });
+        }
+    });
+    bytes
 }
 
 /// Returns `stack` to this thread's pool if it is default-size and the pool has room;
