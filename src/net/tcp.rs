@@ -7,7 +7,7 @@ use std::net::{self, Shutdown, SocketAddr, ToSocketAddrs};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use crate::io::source::{AcceptBackoff, Source};
+use crate::io::source::{AcceptState, Source};
 use crate::runtime::budget;
 use crate::runtime::reactor::Interest;
 use crate::sys::socket;
@@ -41,7 +41,7 @@ use super::{check_timeout, resolve_for_new_socket};
 pub struct TcpListener {
     source: Source,
     inner: net::TcpListener,
-    accept_backoff: AcceptBackoff,
+    accept_state: AcceptState,
 }
 
 impl TcpListener {
@@ -148,7 +148,7 @@ impl TcpListener {
         Ok(TcpListener {
             source,
             inner: listener,
-            accept_backoff: AcceptBackoff::new(),
+            accept_state: AcceptState::new(),
         })
     }
 
@@ -173,7 +173,7 @@ impl TcpListener {
     pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
         let (stream, peer) =
             self.source
-                .do_accept("TcpListener::accept", &self.accept_backoff, || {
+                .do_accept("TcpListener::accept", &self.accept_state, || {
                     self.inner.accept()
                 })?;
         Ok((TcpStream::from_std(stream)?, peer))

@@ -13,7 +13,8 @@
 //! nothing it took is lost if the yield unwinds.
 //!
 //! What spends: every green I/O call that may wait (read, write, send, receive, peek, accept,
-//! connect, the `Async` adapter's calls and waits), and every green synchronisation call that
+//! connect, the `Async` adapter's calls and waits; of a run of accepts that succeed in one
+//! turn only the first, see `Source::do_accept`), and every green synchronisation call that
 //! may park (a channel's `recv` and a bounded channel's `send`, `Mutex::lock`, `RwLock::read`
 //! and `write`, `Semaphore::acquire`, a oneshot `recv`, `JoinHandle::join`, `Barrier::wait`,
 //! `Event::wait`, `WaitGroup::wait`, and their timed variants). What does not, as in tokio:
@@ -71,10 +72,11 @@ pub(crate) fn spend(what: &str) {
 
 /// The budget is spent: lets the other green threads run, woken I/O and timers first, then
 /// spends the first unit of the budget the resume refilled. Where the code cannot yield, only
-/// refills.
+/// refills. Also called directly by an operation that keeps its own count of what it did in
+/// this turn (a run of accepts, `Source::do_accept`) when that count reaches its bound.
 #[cold]
 #[inline(never)]
-fn exhausted(what: &str) {
+pub(crate) fn exhausted(what: &str) {
     if scheduler::can_park_here() {
         scheduler::with_scheduler(what, |scheduler| {
             scheduler.metrics.budget_forced_yield();

@@ -19,7 +19,7 @@ use std::os::unix::net::{self, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
-use crate::io::source::{AcceptBackoff, Source};
+use crate::io::source::{AcceptState, Source};
 use crate::runtime::budget;
 use crate::runtime::reactor::Interest;
 use crate::sys::socket;
@@ -62,7 +62,7 @@ const CONNECT_RETRY_MAX: Duration = Duration::from_millis(64);
 pub struct UnixListener {
     source: Source,
     inner: net::UnixListener,
-    accept_backoff: AcceptBackoff,
+    accept_state: AcceptState,
 }
 
 impl UnixListener {
@@ -141,7 +141,7 @@ impl UnixListener {
         Ok(UnixListener {
             source,
             inner: listener,
-            accept_backoff: AcceptBackoff::new(),
+            accept_state: AcceptState::new(),
         })
     }
 
@@ -167,7 +167,7 @@ impl UnixListener {
     pub fn accept(&self) -> io::Result<(UnixStream, SocketAddr)> {
         let (stream, addr) =
             self.source
-                .do_accept("UnixListener::accept", &self.accept_backoff, || {
+                .do_accept("UnixListener::accept", &self.accept_state, || {
                     self.inner.accept()
                 })?;
         Ok((UnixStream::from_std(stream)?, addr))
