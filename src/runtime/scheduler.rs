@@ -193,15 +193,7 @@ pub(crate) struct Scheduler {
 #[derive(Default)]
 struct ReadyQueue {
     tasks: UnsafeCell<Ring<Rc<Task>>>,
-    /// The task woken last, which runs before the queue's front (tokio's LIFO slot), at most
-    /// `LIFO_RUNS_IN_A_ROW` times in a row.
-    lifo: UnsafeCell<Option<Rc<Task>>>,
-    /// Runs from the LIFO slot since the queue's front last ran.
-    lifo_runs: Cell<u32>,
 }
-
-/// How many runs in a row the LIFO slot may take before the queue's front runs (tokio: 3).
-const LIFO_RUNS_IN_A_ROW: u32 = 3;
 
 impl ReadyQueue {
     #[inline]
@@ -211,31 +203,8 @@ impl ReadyQueue {
         unsafe { (*self.tasks.get()).push_back(task) }
     }
 
-    /// Queues a task just woken: into the LIFO slot; the one it held goes to the back.
-    #[inline]
-    fn push_woken(&self, task: Rc<Task>) {
-        // SAFETY: as in `push_back`.
-        let previous = unsafe { (*self.lifo.get()).replace(task) };
-        if let Some(previous) = previous {
-            self.push_back(previous);
-        }
-    }
-
-    /// The next task to run: the LIFO slot's, unless it ran `LIFO_RUNS_IN_A_ROW` times in a
-    /// row (then it goes to the back), else the front's.
     #[inline]
     fn pop_front(&self) -> Option<Rc<Task>> {
-        // SAFETY: as in `push_back`.
-        let lifo = unsafe { (*self.lifo.get()).take() };
-        if let Some(task) = lifo {
-            let runs = self.lifo_runs.get();
-            if runs < LIFO_RUNS_IN_A_ROW {
-                self.lifo_runs.set(runs + 1);
-                return Some(task);
-            }
-            self.push_back(task);
-        }
-        self.lifo_runs.set(0);
         // SAFETY: as in `push_back`.
         unsafe { (*self.tasks.get()).pop_front() }
     }
@@ -243,27 +212,19 @@ impl ReadyQueue {
     #[inline]
     fn is_empty(&self) -> bool {
         // SAFETY: as in `push_back`.
-        unsafe { (*self.tasks.get()).is_empty() && (*self.lifo.get()).is_none() }
+        unsafe { (*self.tasks.get()).is_empty() }
     }
 
     #[inline]
     fn len(&self) -> usize {
         // SAFETY: as in `push_back`.
-        unsafe { (*self.tasks.get()).len() + usize::from((*self.lifo.get()).is_some()) }
+        unsafe { (*self.tasks.get()).len() }
     }
 
     /// Takes `task` out of the queue, if it is queued; the caller drops it (after the queue is
     /// left alone, as in `clear`).
     fn remove(&self, task: &Task) -> Option<Rc<Task>> {
         // SAFETY: as in `push_back`; comparing addresses runs no code of ours.
-        let lifo = unsafe { &mut *self.lifo.get() };
-        if lifo
-            .as_ref()
-            .is_some_and(|queued| std::ptr::eq(Rc::as_ptr(queued), task))
-        {
-            return lifo.take();
-        }
-        // SAFETY: as above.
         let ring = unsafe { &mut *self.tasks.get() };
         let at = ring
             .iter()
@@ -298,9 +259,7 @@ impl ReadyQueue {
     fn clear(&self) {
         // SAFETY: as in `push_back`; the tasks are dropped after the queue is left alone.
         let tasks = std::mem::take(unsafe { &mut *self.tasks.get() });
-        // SAFETY: as above.
-        let lifo = unsafe { (*self.lifo.get()).take() };
-        drop((tasks, lifo));
+        drop(tasks);
     }
 }
 
@@ -818,7 +777,7 @@ impl Scheduler {
         task.state.set(TaskState::Runnable);
         task.wake.set(wake);
         task.waiting.set(None);
-        self.ready.push_woken(task);
+        self.ready.push_back(task);
     }
 
     /// Runs tasks until `done()` is true (returning `true`), or until every remaining task is
