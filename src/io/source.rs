@@ -455,3 +455,35 @@ fn closed(what: &str) -> io::Error {
         format!("{what}: the fd was closed (deregistered) while this green thread waited on it"),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_of_accepts_is_counted_within_one_turn_and_ends_with_the_turn_or_a_failure() {
+        let state = AcceptState::new();
+        assert_eq!(state.run_length(7), 0, "a new listener has no run");
+        for accepted in 1..=ACCEPTS_PER_TURN {
+            state.accepted(7);
+            assert_eq!(state.run_length(7), accepted);
+        }
+        // `do_accept` yields at the bound: the next turn starts a new run.
+        assert_eq!(state.run_length(8), 0);
+        state.accepted(8);
+        assert_eq!(state.run_length(8), 1);
+        state.failed();
+        assert_eq!(state.run_length(8), 0, "a failure ends the run");
+    }
+
+    #[test]
+    fn a_success_resets_the_pause_after_failures_for_lack_of_resources() {
+        let state = AcceptState::new();
+        let pauses: Vec<u64> = (0..8)
+            .map(|_| state.next_pause().as_millis() as u64)
+            .collect();
+        assert_eq!(pauses, [1, 2, 4, 8, 16, 32, 64, 64]);
+        state.accepted(1);
+        assert_eq!(state.next_pause(), Duration::from_millis(1));
+    }
+}

@@ -170,6 +170,13 @@ impl TcpListener {
     /// doubling with each such failure in a row, up to 64 ms) before returning the error, so
     /// that a loop which reports errors and calls again lets the other green threads run
     /// (and close fds) instead of spinning; the next call takes the connection once it can.
+    ///
+    /// # Fairness
+    /// A loop of accepts takes every connection already queued in one turn: only the first
+    /// accept of a turn spends the cooperative budget, and the loop lets the other green
+    /// threads run after 4096 accepts in a row (the kernel's longest default backlog) or when
+    /// the queue is empty (it parks). A burst of clients is so taken at once rather than 128
+    /// per round of the other green threads.
     pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
         let (stream, peer) =
             self.source
