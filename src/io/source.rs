@@ -231,11 +231,8 @@ impl Source {
         operation: impl FnMut() -> io::Result<R>,
     ) -> io::Result<R> {
         if !self.nonblocking.get() {
-            match state.run_length(scheduler::runs_completed()) {
-                0 => budget::spend(what),
-                ACCEPTS_PER_TURN.. => budget::exhausted(what),
-                _ => {}
-            }
+            let run = state.run_length(scheduler::runs_completed());
+            budget::spend_in_run(what, run, ACCEPTS_PER_TURN);
         }
         match self.do_io_unbudgeted(what, Interest::Readable, None, operation) {
             Ok(accepted) => {

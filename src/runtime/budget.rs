@@ -70,13 +70,26 @@ pub(crate) fn spend(what: &str) {
     }
 }
 
+/// Spends for one call of a run of calls that may go on in one turn without spending (an
+/// accept loop: `Source::do_accept`, the hooked `accept4`): `run` is how many calls of the run
+/// came before this one in this turn. The first call of a run spends a unit as any call; from
+/// the `bound`th on, the others run first, as with a spent budget; the calls between spend
+/// nothing.
+#[inline]
+pub(crate) fn spend_in_run(what: &str, run: u32, bound: u32) {
+    if run == 0 {
+        spend(what);
+    } else if run >= bound {
+        exhausted(what);
+    }
+}
+
 /// The budget is spent: lets the other green threads run, woken I/O and timers first, then
 /// spends the first unit of the budget the resume refilled. Where the code cannot yield, only
-/// refills. Also called directly by an operation that keeps its own count of what it did in
-/// this turn (a run of accepts, `Source::do_accept`) when that count reaches its bound.
+/// refills.
 #[cold]
 #[inline(never)]
-pub(crate) fn exhausted(what: &str) {
+fn exhausted(what: &str) {
     if scheduler::can_park_here() {
         scheduler::with_scheduler(what, |scheduler| {
             scheduler.metrics.budget_forced_yield();
