@@ -74,7 +74,7 @@ for round in $(seq "$ROUNDS"); do
         $1 == "50%" { p50 = $2 } $1 == "99%" { p99 = $2 }
         $1 == "Latency" && max == "" { max = $4 }
         /Requests\/sec/ { rps = $2 }
-        /Socket errors/ { gsub(",", ""); for (i = 1; i <= NF; i++) { if ($i == "timeout") t = $(i + 1); if ($i == "connect" || $i == "read" || $i == "write") e = e $i " " $(i + 1) " " } }
+        /Socket errors/ { gsub(",", ""); for (i = 1; i <= NF; i++) { if ($i == "timeout") t = $(i + 1); if (($i == "connect" || $i == "read" || $i == "write") && $(i + 1) != 0) e = e $i " " $(i + 1) " " } }
         END { printf "| %d | %d | %s | %.0f | %s | %s | %s | %d | %s |\n", round, conns, name, rps, p50, p99, max, t, (e == "" ? "none" : e) }' "$wlog"
     done
   done
