@@ -10,13 +10,13 @@
 //! `MSG_WAITALL` on a stream socket until everything has come (or the end of the stream, an
 //! error, the timeout), each spending one unit of the cooperative budget. `accept` waits for
 //! the listener to be readable and then makes libc's blocking call (a loop of accepts runs
-//! until `EAGAIN`, spending only for the first of a turn, as greenweave's listeners); `connect`, which has no
-//! per-call flag, turns `O_NONBLOCK` on for the one attempt (see each for why). Reads and
-//! writes of fds that are not sockets but that epoll can watch (pipes, terminals) ask the
-//! kernel whether they are ready (`poll` with a zero timeout) and park until they are. Writes
-//! to fds 1 and 2 never park (see [`is_standard_stream`]). Reads of regular files are
-//! `file.rs`'s; writes to them, and every call made outside a green thread, go straight to
-//! libc.
+//! until `EAGAIN`, spending only for the first of a turn, as greenweave's listeners do);
+//! `connect`, which has no per-call flag, turns `O_NONBLOCK` on for the one attempt (see each
+//! for why). Reads and writes of fds that are not sockets but that epoll can watch (pipes,
+//! terminals) ask the kernel whether they are ready (`poll` with a zero timeout) and park until
+//! they are. Writes to fds 1 and 2 never park (see [`is_standard_stream`]). Reads of regular
+//! files are `file.rs`'s; writes to them, and every call made outside a green thread, go
+//! straight to libc.
 
 use std::cell::Cell;
 use std::os::fd::RawFd;
