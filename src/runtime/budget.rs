@@ -118,4 +118,21 @@ mod tests {
         }
         assert_eq!(left(), BUDGET - 1);
     }
+
+    #[test]
+    fn a_run_spends_for_its_first_call_and_at_its_bound_only() {
+        refill();
+        spend_in_run("a test", 0, 4);
+        assert_eq!(left(), BUDGET - 1, "the first call of a run spends");
+        for run in 1..4 {
+            spend_in_run("a test", run, 4);
+        }
+        assert_eq!(left(), BUDGET - 1, "the calls inside the run spend nothing");
+        spend("a test");
+        assert_eq!(left(), BUDGET - 2);
+        // At the bound, the spent budget's path whatever is left (outside a runtime: a refill,
+        // less the unit of this call), where a plain spend would leave BUDGET - 3.
+        spend_in_run("a test", 4, 4);
+        assert_eq!(left(), BUDGET - 1, "the bound is a spent budget");
+    }
 }
