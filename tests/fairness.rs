@@ -176,6 +176,66 @@ fn connects_to_a_listener_on_the_same_thread_let_its_acceptor_take_them_as_they_
     );
 }
 
+/// What a heartbeat and an accept loop did, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Turn {
+    Tick,
+    Accepted,
+}
+
+#[test]
+fn an_accept_loop_takes_every_pending_connection_in_one_turn() {
+    // More than two budgets' worth, and fewer than the per-turn bound of accepts (4096); few
+    // enough for a default open-file limit of 1024 (each connection is two fds here).
+    const PENDING: usize = 300;
+    let turns = greenweave::run(|| {
+        let listener = TcpListener::bind_with_backlog((Ipv4Addr::LOCALHOST, 0), 1024).unwrap();
+        let addr = listener.local_addr().unwrap();
+        // Every connection is queued (handshake done) before the accept loop starts.
+        let clients: Vec<TcpStream> = (0..PENDING)
+            .map(|_| TcpStream::connect(addr).unwrap())
+            .collect();
+        let turns = Rc::new(RefCell::new(Vec::new()));
+        let stop = Rc::new(Cell::new(false));
+        let heartbeat = {
+            let (turns, stop) = (turns.clone(), stop.clone());
+            greenweave::spawn(move || {
+                while !stop.get() {
+                    turns.borrow_mut().push(Turn::Tick);
+                    thread::yield_now();
+                }
+            })
+        };
+        thread::yield_now();
+        let mut served = Vec::new();
+        for _ in 0..PENDING {
+            served.push(listener.accept().unwrap().0);
+            turns.borrow_mut().push(Turn::Accepted);
+        }
+        stop.set(true);
+        heartbeat.join().unwrap();
+        drop((clients, served));
+        Rc::try_unwrap(turns).unwrap().into_inner()
+    });
+    let first = turns
+        .iter()
+        .position(|&turn| turn == Turn::Accepted)
+        .unwrap();
+    let last = turns
+        .iter()
+        .rposition(|&turn| turn == Turn::Accepted)
+        .unwrap();
+    let ticks_between = turns[first..=last]
+        .iter()
+        .filter(|&&turn| turn == Turn::Tick)
+        .count();
+    assert_eq!(
+        ticks_between, 0,
+        "the heartbeat ran {ticks_between} times between the first and the last of {PENDING} \
+         accepts of connections already queued: the accept loop stopped before EAGAIN"
+    );
+}
+
 #[test]
 fn an_accept_loop_that_keeps_failing_lets_a_heartbeat_run_many_times() {
     greenweave::run(|| {

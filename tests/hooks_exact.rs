@@ -549,6 +549,67 @@ fn a_std_echo_server_busy_with_a_flooding_client_answers_a_second_client_before_
     );
 }
 
+/// What a heartbeat and a std accept loop did, in order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Turn {
+    Tick,
+    Accepted,
+}
+
+#[test]
+fn a_std_accept_loop_in_a_green_thread_takes_every_pending_connection_in_one_turn() {
+    // More than two budgets' worth; each connection is two fds, so a default open-file limit
+    // of 1024 holds them.
+    const PENDING: usize = 300;
+    let turns = run_bounded(|| {
+        // In a green thread std's backlog of 128 becomes the kernel's longest (item 4e).
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        // Every connection is queued (handshake done) before the accept loop starts.
+        let clients: Vec<TcpStream> = (0..PENDING)
+            .map(|_| TcpStream::connect(address).unwrap())
+            .collect();
+        let turns = Rc::new(RefCell::new(Vec::new()));
+        let stop = Rc::new(Cell::new(false));
+        let heartbeat = {
+            let (turns, stop) = (turns.clone(), stop.clone());
+            greenweave::spawn(move || {
+                while !stop.get() {
+                    turns.borrow_mut().push(Turn::Tick);
+                    greenweave::thread::yield_now();
+                }
+            })
+        };
+        greenweave::thread::yield_now();
+        let mut served = Vec::new();
+        for _ in 0..PENDING {
+            served.push(listener.accept().unwrap().0);
+            turns.borrow_mut().push(Turn::Accepted);
+        }
+        stop.set(true);
+        heartbeat.join().unwrap();
+        drop((clients, served));
+        Rc::try_unwrap(turns).unwrap().into_inner()
+    });
+    let first = turns
+        .iter()
+        .position(|&turn| turn == Turn::Accepted)
+        .unwrap();
+    let last = turns
+        .iter()
+        .rposition(|&turn| turn == Turn::Accepted)
+        .unwrap();
+    let ticks_between = turns[first..=last]
+        .iter()
+        .filter(|&&turn| turn == Turn::Tick)
+        .count();
+    assert_eq!(
+        ticks_between, 0,
+        "the heartbeat ran {ticks_between} times between the first and the last of {PENDING} \
+         accepts of connections already queued: the accept loop stopped before EAGAIN"
+    );
+}
+
 // Item 4d: close wakes a reader on an fd first met in its read ---------------------------------
 
 #[test]

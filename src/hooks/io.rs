@@ -9,14 +9,16 @@
 //! have: a send on a blocking socket goes on until everything is sent, a receive with
 //! `MSG_WAITALL` on a stream socket until everything has come (or the end of the stream, an
 //! error, the timeout), each spending one unit of the cooperative budget. `accept` waits for
-//! the listener to be readable and then makes libc's blocking call; `connect`, which has no
-//! per-call flag, turns `O_NONBLOCK` on for the one attempt (see each for why). Reads and
-//! writes of fds that are not sockets but that epoll can watch (pipes, terminals) ask the
-//! kernel whether they are ready (`poll` with a zero timeout) and park until they are. Writes
-//! to fds 1 and 2 never park (see [`is_standard_stream`]). Reads of regular files are
-//! `file.rs`'s; writes to them, and every call made outside a green thread, go straight to
-//! libc.
+//! the listener to be readable and then makes libc's blocking call (a loop of accepts runs
+//! until `EAGAIN`, spending only for the first of a turn, as greenweave's listeners do);
+//! `connect`, which has no per-call flag, turns `O_NONBLOCK` on for the one attempt (see each
+//! for why). Reads and writes of fds that are not sockets but that epoll can watch (pipes,
+//! terminals) ask the kernel whether they are ready (`poll` with a zero timeout) and park until
+//! they are. Writes to fds 1 and 2 never park (see [`is_standard_stream`]). Reads of regular
+//! files are `file.rs`'s; writes to them, and every call made outside a green thread, go
+//! straight to libc.
 
+use std::cell::Cell;
 use std::os::fd::RawFd;
 use std::time::Instant;
 
@@ -27,6 +29,7 @@ use libc::{
 
 use super::file;
 use super::wait::{self, FdWaitError};
+use crate::io::source::ACCEPTS_PER_TURN;
 use crate::runtime::reactor::Interest;
 use crate::runtime::scheduler::{self, with_scheduler};
 use crate::sys::fd_state::{self, errno, set_errno};
@@ -279,13 +282,24 @@ fn poll_then_call(
     what: &'static str,
     fd: RawFd,
     interest: Interest,
-    mut deadline: impl FnMut() -> Option<Instant>,
+    deadline: impl FnMut() -> Option<Instant>,
     call: impl FnOnce() -> ssize_t,
 ) -> ssize_t {
     if let Err(interrupted) = wait::spend_budget(what) {
         set_errno(interrupted.errno());
         return -1;
     }
+    poll_then_call_unbudgeted(what, fd, interest, deadline, call)
+}
+
+/// `poll_then_call` without spending budget: for a caller that has spent (or chosen not to).
+fn poll_then_call_unbudgeted(
+    what: &'static str,
+    fd: RawFd,
+    interest: Interest,
+    mut deadline: impl FnMut() -> Option<Instant>,
+    call: impl FnOnce() -> ssize_t,
+) -> ssize_t {
     let mut until: Option<Option<Instant>> = None;
     loop {
         match crate::sys::is_ready_now(fd, interest == Interest::Writable) {
@@ -989,7 +1003,7 @@ pub unsafe extern "C" fn accept4(
         };
         // SAFETY: the caller's contract is libc's, passed on unchanged.
         let call = || unsafe { real::accept4(fd, addr, len, flags) as ssize_t };
-        poll_then_call("accept (hooked)", fd, Interest::Readable, deadline, call) as c_int
+        green_accept4(fd, deadline, call)
     } else {
         // SAFETY: the caller's contract is libc's, passed on unchanged.
         unsafe { real::accept4(fd, addr, len, flags) }
@@ -998,6 +1012,42 @@ pub unsafe extern "C" fn accept4(
         fd_state::new_socket(accepted, flags & libc::SOCK_NONBLOCK != 0);
     }
     accepted
+}
+
+thread_local! {
+    /// The run of successful hooked accepts on this OS thread (see `Source::do_accept`): the
+    /// listener, the turn (the scheduler's count of completed runs, constant while a green
+    /// thread runs, so the turn names the green thread too), and how many in a row.
+    static ACCEPT_RUN: Cell<(c_int, u64, u32)> = const { Cell::new((-1, u64::MAX, 0)) };
+}
+
+/// The hooked `accept4` of a green thread: as greenweave's own listeners, a loop of accepts
+/// runs until `EAGAIN` (it parks), spending budget only for the first accept of a run in one
+/// turn, up to `ACCEPTS_PER_TURN` in a row (`Source::do_accept`); a failure ends the run.
+fn green_accept4(
+    fd: c_int,
+    deadline: impl FnMut() -> Option<Instant>,
+    call: impl FnOnce() -> ssize_t,
+) -> c_int {
+    const WHAT: &str = "accept (hooked)";
+    let run_in = |turn: u64| match ACCEPT_RUN.get() {
+        (listener, at, run) if listener == fd && at == turn => run,
+        _ => 0,
+    };
+    let run = run_in(scheduler::runs_completed());
+    if let Err(interrupted) = wait::spend_budget_in_run(WHAT, run, ACCEPTS_PER_TURN) {
+        set_errno(interrupted.errno());
+        return -1;
+    }
+    let accepted = poll_then_call_unbudgeted(WHAT, fd, Interest::Readable, deadline, call);
+    if accepted >= 0 {
+        // A yield or a park in between started a new turn, and a new run.
+        let turn = scheduler::runs_completed();
+        ACCEPT_RUN.set((fd, turn, run_in(turn) + 1));
+    } else {
+        ACCEPT_RUN.set((-1, u64::MAX, 0));
+    }
+    accepted as c_int
 }
 
 /// The backlog std's `TcpListener::bind` asks for, which is not the program's choice.

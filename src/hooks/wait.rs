@@ -76,9 +76,25 @@ pub(super) fn park(
 /// Made before the call, so nothing it took is lost if the yield is interrupted: then
 /// `Err`, and the hook fails as a park so interrupted would.
 pub(super) fn spend_budget(what: &'static str) -> Result<(), Interrupted> {
+    interruptible(|| crate::runtime::budget::spend(what))
+}
+
+/// `spend_budget` for a call of a run of calls that go on without spending
+/// (`runtime::budget::spend_in_run`: the hooked `accept4`).
+pub(super) fn spend_budget_in_run(
+    what: &'static str,
+    run: u32,
+    bound: u32,
+) -> Result<(), Interrupted> {
+    interruptible(|| crate::runtime::budget::spend_in_run(what, run, bound))
+}
+
+/// Runs `spend`, turning the unwind of an interrupted yield in it into `Err`.
+#[inline(always)]
+fn interruptible(spend: impl FnOnce() + panic::UnwindSafe) -> Result<(), Interrupted> {
     // The closure is inlined: the unwind guard costs nothing unless the budget's cold path
     // yields and the yield unwinds.
-    match panic::catch_unwind(|| crate::runtime::budget::spend(what)) {
+    match panic::catch_unwind(spend) {
         Ok(()) => Ok(()),
         Err(payload) if payload.is::<Cancelled>() => Err(Interrupted::Cancelled),
         Err(payload) if payload.is::<ScopeElapsed>() => Err(Interrupted::ScopeElapsed),

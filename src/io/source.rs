@@ -127,13 +127,25 @@ impl Source {
         what: &str,
         interest: Interest,
         timeout: Option<Duration>,
-        mut operation: impl FnMut() -> io::Result<R>,
+        operation: impl FnMut() -> io::Result<R>,
     ) -> io::Result<R> {
         // A source the program made non-blocking is polled by the program, like a `try_` call:
         // it never spends, so it never switches.
         if !self.nonblocking.get() {
             budget::spend(what);
         }
+        self.do_io_unbudgeted(what, interest, timeout, operation)
+    }
+
+    /// `do_io` without spending budget: for a caller that has spent (or chosen not to) itself.
+    #[inline]
+    fn do_io_unbudgeted<R>(
+        &self,
+        what: &str,
+        interest: Interest,
+        timeout: Option<Duration>,
+        mut operation: impl FnMut() -> io::Result<R>,
+    ) -> io::Result<R> {
         let deadline = timeout.and_then(|timeout| Instant::now().checked_add(timeout));
         loop {
             // Non-blocking: always ask the kernel, as std does (the cache may be another
@@ -199,27 +211,46 @@ impl Source {
     /// the pause tries `accept(2)` again, which either succeeds or (nothing queued) clears the
     /// cache and parks as usual.
     ///
+    /// **An accept loop runs until `EAGAIN`.** Only the first accept of a turn (a run of the
+    /// green thread between two switches) spends a unit of the budget; one that follows a
+    /// successful accept in the same turn does not, up to [`ACCEPTS_PER_TURN`] in a row, the
+    /// bound after which the loop lets the others run as a spent budget does. So every
+    /// connection the kernel has queued is taken in one turn, where 128 a turn (the budget)
+    /// left a burst of clients in the listen queue for as many rounds of the ready queue as it
+    /// held 128s: with 10,000 connections on one worker each round took a quarter to half a
+    /// second, and the last connections waited seconds for their first reply (BENCHMARKS.md,
+    /// "HTTP at 10,000 connections on one worker"). A failed accept ends the run, so a loop of
+    /// failures spends as any other call.
+    ///
     /// A non-blocking source never parks, for the pause either: its caller polls, and gets the
-    /// error at once.
+    /// error at once; nor does it spend.
     pub(crate) fn do_accept<R>(
         &self,
         what: &str,
-        backoff: &AcceptBackoff,
+        state: &AcceptState,
         operation: impl FnMut() -> io::Result<R>,
     ) -> io::Result<R> {
-        match self.do_io(what, Interest::Readable, None, operation) {
+        if !self.nonblocking.get() {
+            let run = state.run_length(scheduler::runs_completed());
+            budget::spend_in_run(what, run, ACCEPTS_PER_TURN);
+        }
+        match self.do_io_unbudgeted(what, Interest::Readable, None, operation) {
             Ok(accepted) => {
-                backoff.reset();
+                state.accepted(scheduler::runs_completed());
                 Ok(accepted)
             }
             Err(error) if is_out_of_resources(&error) && !self.nonblocking.get() => {
-                let deadline = Instant::now().checked_add(backoff.next_pause());
+                state.failed();
+                let deadline = Instant::now().checked_add(state.next_pause());
                 // Parked only for the pause: a cancellation or an expired `timeout` unwinds
                 // out of `park`; a spurious wake-up just ends the pause early.
                 scheduler::park(what, Wait::Sleep, deadline, None, |_, _| {});
                 Err(error)
             }
-            Err(error) => Err(error),
+            Err(error) => {
+                state.failed();
+                Err(error)
+            }
         }
     }
 
@@ -297,31 +328,66 @@ impl Source {
     }
 }
 
-/// The pause of [`Source::do_accept`] after a failure for lack of resources: a listener's
-/// count of such failures in a row, as the next pause.
-pub(crate) struct AcceptBackoff {
+/// How many connections an accept loop may take in a row in one turn before it lets the other
+/// green threads run (see [`Source::do_accept`]): the longest listen queue Linux gives by
+/// default (`net.core.somaxconn`, 4096 since 5.4), so a turn empties a full queue. Each accept
+/// is a few microseconds (the `accept4`, registering the socket, a spawn), so a full turn holds
+/// the OS thread for some milliseconds, once per burst; the connections it takes had been
+/// waiting longer.
+pub(crate) const ACCEPTS_PER_TURN: u32 = 4096;
+
+/// What a listener's accepts remember between calls ([`Source::do_accept`]): the run of
+/// successful accepts in the current turn, and the pause to take after a failure for lack of
+/// resources.
+pub(crate) struct AcceptState {
+    /// The turn of the last successful accept, as the scheduler's count of completed runs
+    /// (which does not change while a green thread runs, and grows at each of its switches).
+    turn: Cell<u64>,
+    /// Successful accepts in a row in that turn.
+    run: Cell<u32>,
+    /// The failures for lack of resources in a row, as the next pause.
     pause: Cell<Duration>,
 }
 
-impl AcceptBackoff {
-    const FIRST: Duration = Duration::from_millis(1);
-    const MAX: Duration = Duration::from_millis(64);
+impl AcceptState {
+    const FIRST_PAUSE: Duration = Duration::from_millis(1);
+    const MAX_PAUSE: Duration = Duration::from_millis(64);
 
-    pub(crate) fn new() -> AcceptBackoff {
-        AcceptBackoff {
-            pause: Cell::new(AcceptBackoff::FIRST),
+    pub(crate) fn new() -> AcceptState {
+        AcceptState {
+            turn: Cell::new(u64::MAX),
+            run: Cell::new(0),
+            pause: Cell::new(AcceptState::FIRST_PAUSE),
         }
+    }
+
+    /// Successful accepts in a row so far in `turn` (0 in a new turn).
+    fn run_length(&self, turn: u64) -> u32 {
+        if self.turn.get() == turn {
+            self.run.get()
+        } else {
+            0
+        }
+    }
+
+    /// An accept succeeded in `turn`: the run goes on (or starts), and the pause is reset.
+    fn accepted(&self, turn: u64) {
+        let run = self.run_length(turn);
+        self.turn.set(turn);
+        self.run.set(run + 1);
+        self.pause.set(AcceptState::FIRST_PAUSE);
+    }
+
+    /// An accept failed: the run ends.
+    fn failed(&self) {
+        self.run.set(0);
     }
 
     /// The pause to take now; doubles the one after it.
     fn next_pause(&self) -> Duration {
         let pause = self.pause.get();
-        self.pause.set(cmp::min(pause * 2, AcceptBackoff::MAX));
+        self.pause.set(cmp::min(pause * 2, AcceptState::MAX_PAUSE));
         pause
-    }
-
-    fn reset(&self) {
-        self.pause.set(AcceptBackoff::FIRST);
     }
 }
 
@@ -385,4 +451,36 @@ fn closed(what: &str) -> io::Error {
         io::ErrorKind::NotConnected,
         format!("{what}: the fd was closed (deregistered) while this green thread waited on it"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_of_accepts_is_counted_within_one_turn_and_ends_with_the_turn_or_a_failure() {
+        let state = AcceptState::new();
+        assert_eq!(state.run_length(7), 0, "a new listener has no run");
+        for accepted in 1..=ACCEPTS_PER_TURN {
+            state.accepted(7);
+            assert_eq!(state.run_length(7), accepted);
+        }
+        // `do_accept` yields at the bound: the next turn starts a new run.
+        assert_eq!(state.run_length(8), 0);
+        state.accepted(8);
+        assert_eq!(state.run_length(8), 1);
+        state.failed();
+        assert_eq!(state.run_length(8), 0, "a failure ends the run");
+    }
+
+    #[test]
+    fn a_success_resets_the_pause_after_failures_for_lack_of_resources() {
+        let state = AcceptState::new();
+        let pauses: Vec<u64> = (0..8)
+            .map(|_| state.next_pause().as_millis() as u64)
+            .collect();
+        assert_eq!(pauses, [1, 2, 4, 8, 16, 32, 64, 64]);
+        state.accepted(1);
+        assert_eq!(state.next_pause(), Duration::from_millis(1));
+    }
 }

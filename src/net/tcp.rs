@@ -7,7 +7,7 @@ use std::net::{self, Shutdown, SocketAddr, ToSocketAddrs};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use crate::io::source::{AcceptBackoff, Source};
+use crate::io::source::{AcceptState, Source};
 use crate::runtime::budget;
 use crate::runtime::reactor::Interest;
 use crate::sys::socket;
@@ -41,7 +41,7 @@ use super::{check_timeout, resolve_for_new_socket};
 pub struct TcpListener {
     source: Source,
     inner: net::TcpListener,
-    accept_backoff: AcceptBackoff,
+    accept_state: AcceptState,
 }
 
 impl TcpListener {
@@ -148,7 +148,7 @@ impl TcpListener {
         Ok(TcpListener {
             source,
             inner: listener,
-            accept_backoff: AcceptBackoff::new(),
+            accept_state: AcceptState::new(),
         })
     }
 
@@ -170,10 +170,17 @@ impl TcpListener {
     /// doubling with each such failure in a row, up to 64 ms) before returning the error, so
     /// that a loop which reports errors and calls again lets the other green threads run
     /// (and close fds) instead of spinning; the next call takes the connection once it can.
+    ///
+    /// # Fairness
+    /// A loop of accepts takes every connection already queued in one turn: only the first
+    /// accept of a turn spends the cooperative budget, and the loop lets the other green
+    /// threads run after 4096 accepts in a row (the kernel's longest default backlog) or when
+    /// the queue is empty (it parks). A burst of clients is so taken at once rather than 128
+    /// per round of the other green threads.
     pub fn accept(&self) -> io::Result<(TcpStream, SocketAddr)> {
         let (stream, peer) =
             self.source
-                .do_accept("TcpListener::accept", &self.accept_backoff, || {
+                .do_accept("TcpListener::accept", &self.accept_state, || {
                     self.inner.accept()
                 })?;
         Ok((TcpStream::from_std(stream)?, peer))

@@ -13,7 +13,8 @@
 //! nothing it took is lost if the yield unwinds.
 //!
 //! What spends: every green I/O call that may wait (read, write, send, receive, peek, accept,
-//! connect, the `Async` adapter's calls and waits), and every green synchronisation call that
+//! connect, the `Async` adapter's calls and waits; of a run of accepts that succeed in one
+//! turn only the first, see `Source::do_accept`), and every green synchronisation call that
 //! may park (a channel's `recv` and a bounded channel's `send`, `Mutex::lock`, `RwLock::read`
 //! and `write`, `Semaphore::acquire`, a oneshot `recv`, `JoinHandle::join`, `Barrier::wait`,
 //! `Event::wait`, `WaitGroup::wait`, and their timed variants). What does not, as in tokio:
@@ -69,6 +70,20 @@ pub(crate) fn spend(what: &str) {
     }
 }
 
+/// Spends for one call of a run of calls that may go on in one turn without spending (an
+/// accept loop: `Source::do_accept`, the hooked `accept4`): `run` is how many calls of the run
+/// came before this one in this turn. The first call of a run spends a unit as any call; from
+/// the `bound`th on, the others run first, as with a spent budget; the calls between spend
+/// nothing.
+#[inline]
+pub(crate) fn spend_in_run(what: &str, run: u32, bound: u32) {
+    if run == 0 {
+        spend(what);
+    } else if run >= bound {
+        exhausted(what);
+    }
+}
+
 /// The budget is spent: lets the other green threads run, woken I/O and timers first, then
 /// spends the first unit of the budget the resume refilled. Where the code cannot yield, only
 /// refills.
@@ -102,5 +117,22 @@ mod tests {
             spend("a test");
         }
         assert_eq!(left(), BUDGET - 1);
+    }
+
+    #[test]
+    fn a_run_spends_for_its_first_call_and_at_its_bound_only() {
+        refill();
+        spend_in_run("a test", 0, 4);
+        assert_eq!(left(), BUDGET - 1, "the first call of a run spends");
+        for run in 1..4 {
+            spend_in_run("a test", run, 4);
+        }
+        assert_eq!(left(), BUDGET - 1, "the calls inside the run spend nothing");
+        spend("a test");
+        assert_eq!(left(), BUDGET - 2);
+        // At the bound, the spent budget's path whatever is left (outside a runtime: a refill,
+        // less the unit of this call), where a plain spend would leave BUDGET - 3.
+        spend_in_run("a test", 4, 4);
+        assert_eq!(left(), BUDGET - 1, "the bound is a spent budget");
     }
 }

@@ -19,7 +19,7 @@ use std::os::unix::net::{self, SocketAddr};
 use std::path::Path;
 use std::time::Duration;
 
-use crate::io::source::{AcceptBackoff, Source};
+use crate::io::source::{AcceptState, Source};
 use crate::runtime::budget;
 use crate::runtime::reactor::Interest;
 use crate::sys::socket;
@@ -62,7 +62,7 @@ const CONNECT_RETRY_MAX: Duration = Duration::from_millis(64);
 pub struct UnixListener {
     source: Source,
     inner: net::UnixListener,
-    accept_backoff: AcceptBackoff,
+    accept_state: AcceptState,
 }
 
 impl UnixListener {
@@ -141,7 +141,7 @@ impl UnixListener {
         Ok(UnixListener {
             source,
             inner: listener,
-            accept_backoff: AcceptBackoff::new(),
+            accept_state: AcceptState::new(),
         })
     }
 
@@ -164,10 +164,17 @@ impl UnixListener {
     /// doubling with each such failure in a row, up to 64 ms) before returning the error, so
     /// that a loop which reports errors and calls again lets the other green threads run
     /// (and close fds) instead of spinning; the next call takes the connection once it can.
+    ///
+    /// # Fairness
+    /// A loop of accepts takes every connection already queued in one turn: only the first
+    /// accept of a turn spends the cooperative budget, and the loop lets the other green
+    /// threads run after 4096 accepts in a row (the kernel's longest default backlog) or when
+    /// the queue is empty (it parks). A burst of clients is so taken at once rather than 128
+    /// per round of the other green threads.
     pub fn accept(&self) -> io::Result<(UnixStream, SocketAddr)> {
         let (stream, addr) =
             self.source
-                .do_accept("UnixListener::accept", &self.accept_backoff, || {
+                .do_accept("UnixListener::accept", &self.accept_state, || {
                     self.inner.accept()
                 })?;
         Ok((UnixStream::from_std(stream)?, addr))
