@@ -46,6 +46,11 @@ pub(crate) const DEFAULT_RELEASE_AFTER: Duration = Duration::from_secs(1);
 /// scheduler runs what is ready and sweeps again at its next look.
 const MAX_STACKS_PER_SWEEP: usize = 256;
 
+/// Sweeps are at least `after / SWEEP_SPACING_DIVISOR` apart (`after`: the release threshold),
+/// so that a stack is released at most an eighth of the threshold late, and a scheduler with
+/// 10,000 green threads parking and waking does not walk them all at every look.
+const SWEEP_SPACING_DIVISOR: u32 = 8;
+
 /// The share of its stack (in percent) past which a green thread's use draws one warning.
 const WARN_PERCENT: usize = 75;
 
@@ -243,6 +248,7 @@ impl StackSweep {
         let mut next: Option<Instant> = None;
         let mut result = SweepResult::default();
         let mut measured = 0;
+        let mut capped = false;
         visit_tasks(&mut |task| {
             if task.state.get() != TaskState::Parked {
                 return;
@@ -261,7 +267,7 @@ impl StackSweep {
                 return;
             }
             if measured == MAX_STACKS_PER_SWEEP {
-                next = Some(now);
+                capped = true;
                 return;
             }
             measured += 1;
@@ -278,6 +284,14 @@ impl StackSweep {
         // Stacks freed into this thread's pool keep what their last green thread touched.
         result.released += crate::stack::pool::queue_pooled_pages(mincore, batch) as u64;
         batch.release();
+        // A sweep visits every task, so a busy scheduler whose parks keep falling due one
+        // after another must not sweep at every look: the next sweep comes no sooner than an
+        // eighth of the threshold from now, unless this one left due stacks for later.
+        let next = if capped {
+            Some(now)
+        } else {
+            next.map(|next| next.max(now + self.after / SWEEP_SPACING_DIVISOR))
+        };
         (next, result)
     }
 }
