@@ -30,6 +30,10 @@ fn main() {
     // `--cfg greenweave_chaos` (set by .ci/chaos): the scheduler delays runs at random to
     // shake out tests that rest on timing (src/runtime/chaos.rs).
     println!("cargo::rustc-check-cfg=cfg(greenweave_chaos)");
+    // `--cfg greenweave_compact_check` (set by .ci/run for one pass of the suite): every park
+    // that may be compacted is, at once, and its released stack faults if touched
+    // (`runtime::compaction`).
+    println!("cargo::rustc-check-cfg=cfg(greenweave_compact_check)");
     let sanitizers = env::var("CARGO_CFG_SANITIZE").unwrap_or_default();
     if sanitizers
         .split(',')

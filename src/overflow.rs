@@ -163,6 +163,27 @@ fn register_locked(registry: &mut Registry, start: usize, len: usize, stack_byte
     registry.slot_of.insert(start, index);
 }
 
+/// The bit of a [`GuardSlot`]'s `stack_bytes` that marks a compacted stack's range (the
+/// checking mode of `runtime::compaction`) rather than a guard page; the other bits hold the
+/// id of the green thread whose stack it is.
+const COMPACTED: usize = 1 << (usize::BITS - 1);
+
+/// Records `[start, start + len)`, the usable range of green thread `green_thread`'s stack,
+/// as compacted and made inaccessible (the checking mode of `runtime::compaction`): a fault
+/// there is reported as a touch of a compacted stack, naming both green threads, and aborts.
+/// [`unregister_guard`] forgets it.
+#[cfg_attr(not(greenweave_compact_check), allow(dead_code))]
+pub(crate) fn register_compacted(start: usize, len: usize, green_thread: u64) {
+    install_handler();
+    let mut registry = lock_registry();
+    register_locked(
+        &mut registry,
+        start,
+        len,
+        COMPACTED | (green_thread as usize & !COMPACTED),
+    );
+}
+
 /// Forgets the guard starting at `start`.
 pub(crate) fn unregister_guard(start: usize) {
     let mut registry = lock_registry();
@@ -218,6 +239,9 @@ extern "C" fn on_fault(signal: c_int, info: *mut libc::siginfo_t, context: *mut 
     // faulting address for SIGSEGV and SIGBUS.
     let address = unsafe { (*info).si_addr() } as usize;
     if let Some(stack_bytes) = guarded_stack_size(address) {
+        if stack_bytes & COMPACTED != 0 {
+            report_compacted_touch_and_abort(address, stack_bytes & !COMPACTED);
+        }
         report_overflow_and_abort(stack_bytes);
     }
     forward(signal, info, context);
@@ -287,11 +311,40 @@ fn forward(signal: c_int, info: *mut libc::siginfo_t, context: *mut c_void) {
     }
 }
 
-/// Writes the overflow report to stderr and aborts. Async-signal-safe: no allocation, no locks.
-fn report_overflow_and_abort(stack_bytes: usize) -> ! {
+/// Writes the checking mode's report of a touch of a compacted stack and aborts.
+/// Async-signal-safe, as the overflow report.
+fn report_compacted_touch_and_abort(address: usize, owner: usize) -> ! {
     let mut thread_name = [0u8; 64];
     let mut message = MessageBuffer::new();
-    message.push(b"\ngreen thread '");
+    message.push(b"\ngreenweave (compaction checking mode): green thread '");
+    push_green_name(&mut message);
+    message.push(b"' on thread '");
+    message.push(os_thread_name(&mut thread_name));
+    message.push(b"' touched address ");
+    message.push_decimal(address);
+    message.push(b" on the stack of green thread #");
+    message.push_decimal(owner);
+    message.push(
+        b", which was parked and compacted (its frames copied to the heap, its pages \
+          released): without the checking mode it would have read zeros. Whatever lent that \
+          stack must keep it from being compacted (runtime::compaction, ARCHITECTURE.md: \
+          \"Who may touch a parked stack\")\n",
+    );
+    message.push(b"fatal runtime error: compacted stack touched, aborting\n");
+    // SAFETY: as in `report_overflow_and_abort`.
+    unsafe {
+        crate::sys::real::write(
+            libc::STDERR_FILENO,
+            message.bytes.as_ptr().cast(),
+            message.len,
+        );
+        libc::abort()
+    }
+}
+
+/// Appends the name of the green thread running on this OS thread, as the registered
+/// [`GreenNameSource`] gives it (cut to 128 bytes), or `<unnamed>`. Async-signal-safe.
+fn push_green_name(message: &mut MessageBuffer) {
     let green_name = GREEN_NAME_SOURCE.load(Ordering::Acquire);
     let green_name = if green_name.is_null() {
         None
@@ -302,8 +355,16 @@ fn report_overflow_and_abort(stack_bytes: usize) -> ! {
         unsafe { source() }
     };
     let green_name = green_name.unwrap_or(b"<unnamed>");
-    // Cut a long name short so that the advice and the last line always fit.
     message.push(&green_name[..green_name.len().min(128)]);
+}
+
+/// Writes the overflow report to stderr and aborts. Async-signal-safe: no allocation, no locks.
+fn report_overflow_and_abort(stack_bytes: usize) -> ! {
+    let mut thread_name = [0u8; 64];
+    let mut message = MessageBuffer::new();
+    message.push(b"\ngreen thread '");
+    // A long name is cut short so that the advice and the last line always fit.
+    push_green_name(&mut message);
     message.push(b"' on thread '");
     message.push(os_thread_name(&mut thread_name));
     message.push(b"' has overflowed its stack (");
@@ -380,14 +441,14 @@ fn record_thread_name() {
 
 /// A fixed-size byte buffer for composing a message without allocating.
 struct MessageBuffer {
-    bytes: [u8; 512],
+    bytes: [u8; 1024],
     len: usize,
 }
 
 impl MessageBuffer {
     fn new() -> Self {
         MessageBuffer {
-            bytes: [0; 512],
+            bytes: [0; 1024],
             len: 0,
         }
     }

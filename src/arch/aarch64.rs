@@ -221,6 +221,32 @@ pub(super) unsafe fn load_word(address: usize) -> usize {
     word
 }
 
+/// # Safety
+/// As `crate::arch::copy_words`.
+#[inline]
+pub(super) unsafe fn copy_words(src: *const usize, dst: *mut usize, words: usize) {
+    // SAFETY: the caller's contract: both ranges are `words` aligned words, mapped, and apart.
+    // A word at a time, upward: `ldr`/`str` with post-index advance each pointer by 8, `subs`
+    // counts down and sets the flags that `b.ne` tests (flags are declared clobbered by not
+    // saying `preserves_flags`); a count of 0 skips the loop (`cbz`).
+    unsafe {
+        core::arch::asm!(
+            "cbz {n}, 2f",
+            "1:",
+            "ldr {w}, [{s}], #8",
+            "str {w}, [{d}], #8",
+            "subs {n}, {n}, #1",
+            "b.ne 1b",
+            "2:",
+            n = inout(reg) words => _,
+            s = inout(reg) src => _,
+            d = inout(reg) dst => _,
+            w = out(reg) _,
+            options(nostack),
+        )
+    };
+}
+
 #[inline(always)]
 pub(super) fn current_stack_pointer() -> usize {
     let sp: usize;

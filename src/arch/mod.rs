@@ -315,6 +315,20 @@ pub(crate) unsafe fn load_word(address: usize) -> usize {
     unsafe { imp::load_word(address) }
 }
 
+/// Copies `words` machine words from `src` to `dst` with loads and stores the compiler cannot
+/// see into (and AddressSanitizer does not check): for a parked stack's frames, which hold
+/// ASan's poisoned redzones and bytes Rust would call uninitialised, moved to the heap and back
+/// by `stack::frames`.
+///
+/// # Safety
+/// Both ranges are 8-byte aligned, `words * 8` bytes long, mapped (readable at `src`, writable
+/// at `dst`) for the whole call, and do not overlap.
+#[inline]
+pub(crate) unsafe fn copy_words(src: *const usize, dst: *mut usize, words: usize) {
+    // SAFETY: forwarded from the caller.
+    unsafe { imp::copy_words(src, dst, words) }
+}
+
 /// The current stack pointer, approximately (exact to within the caller's frame).
 #[inline(always)]
 pub(crate) fn current_stack_pointer() -> usize {

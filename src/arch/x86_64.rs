@@ -222,6 +222,25 @@ pub(super) unsafe fn load_word(address: usize) -> usize {
     word
 }
 
+/// # Safety
+/// As `crate::arch::copy_words`.
+#[inline]
+pub(super) unsafe fn copy_words(src: *const usize, dst: *mut usize, words: usize) {
+    // SAFETY: the caller's contract: both ranges are `words` aligned words, mapped, and apart.
+    // `rep movsq` copies rcx quadwords from [rsi] to [rdi], upward: the SysV ABI (3.2.1) has
+    // the direction flag clear at every call boundary, and Rust code never sets it. It
+    // advances rsi and rdi and counts rcx down to 0, all declared clobbered.
+    unsafe {
+        core::arch::asm!(
+            "rep movsq",
+            inout("rcx") words => _,
+            inout("rsi") src => _,
+            inout("rdi") dst => _,
+            options(nostack, preserves_flags),
+        )
+    };
+}
+
 #[inline(always)]
 pub(super) fn current_stack_pointer() -> usize {
     let sp: usize;

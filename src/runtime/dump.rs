@@ -284,7 +284,17 @@ fn describe(
     // A dump with backtraces also measures each stack's peak (one `mincore`); the cheap one
     // reports the peak the long-park sweep last measured.
     let backtraces = walker.is_some();
+    // A compacted green thread's frames are on the heap: a backtrace needs them back on its
+    // stack (the next sweep compacts it again).
+    let compacted = task.compacted_bytes();
+    if backtraces && super::compaction::restore(task) {
+        task.stack_watch.sweep_again();
+    }
     let backtrace = walker.and_then(|walker| walker.walk(task));
+    let mut stack = super::stack_release::measure(task, backtraces.then_some(mincore));
+    if let Some(stack) = &mut stack {
+        stack.compacted = compacted;
+    }
     let parent = task.parent.get();
     GreenThread {
         id: task.id,
@@ -296,7 +306,7 @@ fn describe(
         deadline_in,
         parent: (parent != 0).then_some(parent),
         in_scope: task.scope.get(),
-        stack: super::stack_release::measure(task, backtraces.then_some(mincore)),
+        stack,
         backtrace,
     }
 }
@@ -983,6 +993,14 @@ impl GreenThread {
         self.stack.map(|stack| stack.size)
     }
 
+    /// The bytes of frames it keeps on the heap if it was compacted when the dump was taken
+    /// ([`Builder::compact_parked_stacks`](super::Builder::compact_parked_stacks)): its stack
+    /// then holds no pages. `None` if it was not compacted. A dump with backtraces puts the
+    /// frames back on the stack to walk them (the next sweep compacts it again).
+    pub fn stack_compacted(&self) -> Option<usize> {
+        self.stack.and_then(|stack| stack.compacted)
+    }
+
     fn describe(&self) -> String {
         match &self.name {
             Some(name) => format!("'{name}' (id {})", self.id),
@@ -1154,8 +1172,9 @@ impl Dump {
     /// `description` and the kind's own fields: `fd` and `interest`; `joins`; `lock`,
     /// `address` and `holder`; `primitive` and `address` (a channel, condvar, event...);
     /// `futex`; `running` (a scope); `other_worker` and `green_thread` (a join on another worker)), `parked_for_ms`, `deadline_in_ms`,
-    /// `waits_for`, `stack` (`used`, `peak`, `size` in bytes, as [`GreenThread::stack_used`],
-    /// [`GreenThread::stack_peak`] and [`GreenThread::stack_size`]; `null` while it runs),
+    /// `waits_for`, `stack` (`used`, `peak`, `size`, `compacted` in bytes, as
+    /// [`GreenThread::stack_used`], [`GreenThread::stack_peak`], [`GreenThread::stack_size`]
+    /// and [`GreenThread::stack_compacted`]; `null` while it runs),
     /// `backtrace_id` (the same number for green threads with the same backtrace, from 1;
     /// `null` without one), `backtrace` (`symbol`, `location`)) and `cycles`.
     ///
@@ -1279,7 +1298,10 @@ impl GreenThread {
             Some(stack) => {
                 out.push_str("{\"used\":");
                 json_option(out, stack.current.map(|used| used as u64));
-                let _ = write!(out, ",\"peak\":{},\"size\":{}}}", stack.peak, stack.size);
+                let _ = write!(out, ",\"peak\":{},\"size\":{}", stack.peak, stack.size);
+                out.push_str(",\"compacted\":");
+                json_option(out, stack.compacted.map(|bytes| bytes as u64));
+                out.push('}');
             }
         }
         out.push_str(",\"backtrace_id\":");
@@ -1405,7 +1427,13 @@ impl fmt::Display for Dump {
                 if let Some(used) = stack.current {
                     write!(f, "{} in use, ", bytes(used))?;
                 }
-                writeln!(f, "{} at most, of {}", bytes(stack.peak), bytes(stack.size))?;
+                write!(f, "{} at most, of {}", bytes(stack.peak), bytes(stack.size))?;
+                match stack.compacted {
+                    Some(frames) => {
+                        writeln!(f, "; compacted: {} of frames on the heap", bytes(frames))?
+                    }
+                    None => writeln!(f)?,
+                }
             }
             let chain = self.wait_chain(thread.id);
             if chain.len() > 1 {

@@ -182,6 +182,10 @@ pub(crate) struct WorkerMetrics {
     stack_releases: Counter,
     stack_bytes_released: Counter,
     long_parked_stack_bytes: Counter,
+    // Compaction (`runtime::compaction`): counted by the sweep and by wake-ups.
+    stack_compactions: Counter,
+    stack_restorations: Counter,
+    compacted_stack_bytes: Counter,
 }
 
 impl WorkerMetrics {
@@ -218,10 +222,23 @@ impl WorkerMetrics {
     /// One sweep of the long-parked green threads' stacks: `releases` of them gave back
     /// `released` bytes, and the stacks of those parked for the threshold or longer hold
     /// `held` bytes now.
-    pub(crate) fn stacks_swept(&self, releases: u64, released: u64, held: u64) {
-        self.stack_releases.add(releases);
-        self.stack_bytes_released.add(released);
-        self.long_parked_stack_bytes.set(held);
+    pub(crate) fn stacks_swept(&self, sweep: &super::stack_release::SweepResult) {
+        self.stack_releases.add(sweep.releases);
+        self.stack_bytes_released.add(sweep.released);
+        self.long_parked_stack_bytes.set(sweep.held);
+        self.stack_compactions.add(sweep.compactions);
+        self.compacted_stack_bytes.set(sweep.compacted);
+    }
+
+    /// One green thread compacted at its park (the checking mode of `runtime::compaction`).
+    #[cfg_attr(not(greenweave_compact_check), allow(dead_code))]
+    pub(crate) fn stack_compacted(&self) {
+        self.stack_compactions.add(1);
+    }
+
+    /// One compacted green thread's frames put back on its stack (`runtime::compaction`).
+    pub(crate) fn stack_restored(&self) {
+        self.stack_restorations.add(1);
     }
 
     /// The blocking pool's state, as it is now (called under the pool's lock).
@@ -752,6 +769,43 @@ impl RuntimeMetrics {
     /// ```
     pub fn long_parked_stack_bytes(&self) -> u64 {
         self.sum(|worker| worker.long_parked_stack_bytes.get())
+    }
+
+    /// How many times a long-parked green thread was compacted: its live frames copied to the
+    /// heap and its whole stack given back
+    /// ([`Builder::compact_parked_stacks`](super::Builder::compact_parked_stacks)). Off by
+    /// default, so 0.
+    ///
+    /// ```
+    /// let metrics = greenweave::run(greenweave::runtime::metrics);
+    /// assert_eq!(metrics.stack_compaction_count(), 0);
+    /// ```
+    pub fn stack_compaction_count(&self) -> u64 {
+        self.sum(|worker| worker.stack_compactions.get())
+    }
+
+    /// How many compacted green threads had their frames put back on their stack: at their
+    /// wake-up, or before a dump with backtraces walked them.
+    ///
+    /// ```
+    /// let metrics = greenweave::run(greenweave::runtime::metrics);
+    /// assert_eq!(metrics.stack_restoration_count(), 0);
+    /// ```
+    pub fn stack_restoration_count(&self) -> u64 {
+        self.sum(|worker| worker.stack_restorations.get())
+    }
+
+    /// The bytes of frames that compacted green threads keep on the heap, as each worker's
+    /// latest sweep found them (not counting the allocator's own overhead). Their stacks hold
+    /// no pages, so they add nothing to
+    /// [`long_parked_stack_bytes`](Self::long_parked_stack_bytes).
+    ///
+    /// ```
+    /// let metrics = greenweave::run(greenweave::runtime::metrics);
+    /// assert_eq!(metrics.compacted_stack_bytes(), 0);
+    /// ```
+    pub fn compacted_stack_bytes(&self) -> u64 {
+        self.sum(|worker| worker.compacted_stack_bytes.get())
     }
 
     /// How many buckets the scheduling delay histogram has (see

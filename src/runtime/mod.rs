@@ -16,6 +16,7 @@
 pub(crate) mod budget;
 #[cfg(greenweave_chaos)]
 mod chaos;
+pub(crate) mod compaction;
 pub(crate) mod dump;
 pub(crate) mod locals;
 mod metrics;
@@ -146,6 +147,7 @@ pub struct Runtime {
     main_stack_size: usize,
     stall_report: Option<Duration>,
     stack_release: Option<Duration>,
+    compact_parked: bool,
     max_blocking_threads: usize,
     workers: usize,
     pins: Option<Vec<usize>>,
@@ -163,6 +165,7 @@ impl Runtime {
             main_stack_size: MAIN_STACK_SIZE,
             stall_report: None,
             stack_release: Some(stack_release::DEFAULT_RELEASE_AFTER),
+            compact_parked: false,
             max_blocking_threads: offload::DEFAULT_MAX_BLOCKING_THREADS,
             workers: 1,
             pins: None,
@@ -178,6 +181,7 @@ impl Runtime {
             main_stack_size: None,
             stall_report: None,
             stack_release: Some(stack_release::DEFAULT_RELEASE_AFTER),
+            compact_parked: false,
             max_blocking_threads: offload::DEFAULT_MAX_BLOCKING_THREADS,
             workers: 1,
             pins: None,
@@ -385,6 +389,7 @@ pub struct Builder {
     main_stack_size: Option<usize>,
     stall_report: Option<Duration>,
     stack_release: Option<Duration>,
+    compact_parked: bool,
     max_blocking_threads: usize,
     workers: usize,
     pins: Option<Vec<usize>>,
@@ -630,6 +635,72 @@ impl Builder {
         self
     }
 
+    /// Compacts green threads parked for [`stack_release`](Self::stack_release)'s threshold
+    /// (1 s by default): their live frames (a few hundred bytes for a green thread waiting
+    /// on a socket) are copied to the heap and their whole stack, the page its frames were on
+    /// included, is given back to the kernel. When one wakes, its frames are copied back to
+    /// the same addresses before it runs, so every reference into them is valid again. Off by
+    /// default; it needs the release on (`stack_release(Some(..))`).
+    ///
+    /// A compacted green thread holds its task record and its frames: about 1 KiB where an
+    /// uncompacted one holds at least a 4 KiB page (BENCHMARKS.md has the figures). Its
+    /// wake-up pays the copy back and a page fault.
+    ///
+    /// Only parks whose waker writes nothing on the parked stack are compacted: sleeps, I/O
+    /// readiness, `thread::park`, green locks, channels, events, condvars and joins. A green
+    /// thread with a `thread::scope` open, or parked in a `select`, a scope's wait, an
+    /// `unblock`, a futex wait (the `hooks` feature's std locks), a `block_on` or a wait on
+    /// a `sync::shared` channel, or inside a generator or greenlet it runs, is released
+    /// below its stack pointer as without compaction. ARCHITECTURE.md ("Who may touch a
+    /// parked stack") lists every way to a parked stack and how each is kept off a compacted
+    /// one.
+    ///
+    /// # Safety
+    ///
+    /// greenweave cannot see other OS threads that borrow a green thread's stack. While a
+    /// green thread of this runtime parks in one of the waits above, no other OS thread may
+    /// read or write its stack: no `std::thread::scope`, `crossbeam::scope` or scoped thread
+    /// pool may be open in it with threads that use its locals, and no pointer to its locals
+    /// may have been handed to another thread by `unsafe` code. Without compaction such a
+    /// thread reads what the parked frames hold; with it, it would read zeros (and its writes
+    /// would be lost when the frames come back).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// use greenweave::Runtime;
+    ///
+    /// // SAFETY: no green thread lends its stack to another OS thread.
+    /// let runtime = unsafe {
+    ///     Runtime::builder()
+    ///         .stack_release(Some(Duration::ZERO))
+    ///         .compact_parked_stacks()
+    /// }
+    /// .build()?;
+    /// let compactions = runtime.run(|| {
+    ///     let (wake, parked) = greenweave::sync::mpsc::channel::<u64>();
+    ///     let waiter = greenweave::spawn(move || {
+    ///         let local = 40;
+    ///         let got = parked.recv().unwrap(); // parked here, then compacted
+    ///         local + got // its frames are back: `local` is still 40
+    ///     });
+    ///     while greenweave::runtime::metrics().stack_compaction_count() == 0 {
+    ///         greenweave::thread::sleep(Duration::from_millis(1));
+    ///     }
+    ///     wake.send(2).unwrap();
+    ///     assert_eq!(waiter.join().unwrap(), 42);
+    ///     greenweave::runtime::metrics().stack_compaction_count()
+    /// });
+    /// assert!(compactions >= 1);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub unsafe fn compact_parked_stacks(mut self) -> Builder {
+        self.compact_parked = true;
+        self
+    }
+
     /// Writes a [`Dump`] of every green thread to stderr each time the process receives
     /// `signal` (say `libc::SIGQUIT`, as Go does, or `SIGUSR1`), while the runtime runs; the
     /// program goes on. The handler only writes a byte to a pipe; a watcher thread
@@ -711,6 +782,7 @@ impl Builder {
             main_stack_size: main_probe.size(),
             stall_report: self.stall_report,
             stack_release: self.stack_release,
+            compact_parked: self.compact_parked,
             max_blocking_threads: self.max_blocking_threads,
             workers: self.workers,
             pins: self.pins,

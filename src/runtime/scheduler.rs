@@ -579,6 +579,7 @@ impl Scheduler {
         default_stack_size: usize,
         stall_report: Option<Duration>,
         stack_release: Option<Duration>,
+        compact_parked: bool,
         max_blocking_threads: usize,
         worker: WorkerLink,
     ) -> io::Result<Rc<Scheduler>> {
@@ -617,7 +618,7 @@ impl Scheduler {
             blocking_pool,
             stall,
             coarse_now: Cell::new(Instant::now()),
-            stack_sweep: StackSweep::new(stack_release),
+            stack_sweep: StackSweep::new(stack_release, compact_parked),
         }))
     }
 
@@ -790,12 +791,26 @@ impl Scheduler {
     /// Queues a parked `task` to run, woken for `wake`.
     #[inline(always)]
     fn make_runnable(&self, task: Rc<Task>, wake: Wake) {
+        // A compacted green thread gets its frames back before anything can touch its stack
+        // (the ready queue's prefetch, its resume, a dump's walk).
+        if task.is_compacted() {
+            self.restore_compacted(&task);
+        }
         #[cfg(feature = "tracing")]
         super::trace::woken(&task, wake);
         task.state.set(TaskState::Runnable);
         task.wake.set(wake);
         task.waiting.set(None);
         self.ready.push_back(task);
+    }
+
+    /// Restores a compacted task's frames (`runtime::compaction`), and counts it.
+    #[cold]
+    #[inline(never)]
+    fn restore_compacted(&self, task: &Task) {
+        if super::compaction::restore(task) {
+            self.metrics.stack_restored();
+        }
     }
 
     /// Runs tasks until `done()` is true (returning `true`), or until every remaining task is
@@ -1054,6 +1069,8 @@ impl Scheduler {
         // For `runtime::dump`: plain stores of what is at hand, no clock read.
         task.parked_since.set(Some(self.coarse_now.get()));
         task.parked_until.set(request.deadline);
+        #[cfg(greenweave_compact_check)]
+        super::compaction::check_at_park(&task, &self.metrics);
     }
 
     fn finish(&self, task: Rc<Task>) {
@@ -1386,6 +1403,7 @@ fn start_scheduler(settings: &super::Runtime, worker: WorkerLink) -> Rc<Schedule
         settings.stack_size,
         stall_report,
         settings.stack_release,
+        settings.compact_parked,
         settings.max_blocking_threads,
         worker,
     )

@@ -83,6 +83,12 @@ impl StackWatch {
         self.deepest_and_warned.set(0);
     }
 
+    /// Lets the next sweep visit the current park again (its frames were put back on the
+    /// stack for a dump while it stayed parked).
+    pub(crate) fn sweep_again(&self) {
+        self.swept_park.set(0);
+    }
+
     /// Records that `task`'s stack of `size` bytes has gone `deepest` bytes deep, and writes
     /// the warning the first time that passes [`WARN_PERCENT`]. Returns the deepest seen.
     fn note_deepest(&self, task: &Task, deepest: usize, size: usize) -> usize {
@@ -127,6 +133,8 @@ pub(crate) struct StackUse {
     pub(crate) peak: usize,
     /// Its stack's usable size.
     pub(crate) size: usize,
+    /// Bytes of frames on the heap while it is compacted (`runtime::compaction`).
+    pub(crate) compacted: Option<usize>,
 }
 
 /// Measures `task`'s stack use, noting its peak (and writing the 75% warning the first time
@@ -166,6 +174,7 @@ pub(crate) fn measure(task: &Task, scratch: Option<&mut Vec<u8>>) -> Option<Stac
         current,
         peak,
         size: stack.size(),
+        compacted: task.compacted_bytes(),
     })
 }
 
@@ -173,6 +182,9 @@ pub(crate) fn measure(task: &Task, scratch: Option<&mut Vec<u8>>) -> Option<Stac
 pub(crate) struct StackSweep {
     /// How long a green thread must have been parked to be swept.
     after: Duration,
+    /// Whether a swept green thread that may be is compacted (`runtime::compaction`) rather
+    /// than released below its stack pointer.
+    compact: bool,
     /// When the next sweep is due: `None` when no park is waiting for one.
     next: Cell<Option<Instant>>,
     /// The runs the scheduler had made at the last look that found nothing to wait for:
@@ -191,13 +203,19 @@ pub(crate) struct SweepResult {
     pub(crate) released: u64,
     /// Bytes the stacks of green threads parked for the threshold or longer hold now.
     pub(crate) held: u64,
+    /// Green threads compacted by this sweep (`runtime::compaction`).
+    pub(crate) compactions: u64,
+    /// Bytes of frames that compacted green threads keep on the heap now.
+    pub(crate) compacted: u64,
 }
 
 impl StackSweep {
-    /// The sweep for a runtime configured with `after` (`None`: no release, no sweep).
-    pub(crate) fn new(after: Option<Duration>) -> Option<StackSweep> {
+    /// The sweep for a runtime configured with `after` (`None`: no release, no sweep), which
+    /// compacts the green threads it may if `compact`.
+    pub(crate) fn new(after: Option<Duration>, compact: bool) -> Option<StackSweep> {
         after.map(|after| StackSweep {
             after,
+            compact,
             next: Cell::new(None),
             runs_seen: Cell::new(0),
             scratch: RefCell::new((Vec::new(), ReleaseBatch::default())),
@@ -226,7 +244,7 @@ impl StackSweep {
                 self.runs_seen.set(runs);
                 let (next, result) = self.sweep(now, visit_tasks);
                 self.next.set(next);
-                metrics.stacks_swept(result.releases, result.released, result.held);
+                metrics.stacks_swept(&result);
             }
             _ => {}
         }
@@ -255,7 +273,11 @@ impl StackSweep {
             }
             let watch = &task.stack_watch;
             if watch.swept_park.get() == task.park_number.get() {
-                result.held += watch.held.get() as u64;
+                if let Some(frames) = task.compacted_bytes() {
+                    result.compacted += frames as u64;
+                } else {
+                    result.held += watch.held.get() as u64;
+                }
                 return;
             }
             let Some(since) = task.parked_since.get() else {
@@ -272,6 +294,24 @@ impl StackSweep {
             }
             measured += 1;
             watch.swept_park.set(task.park_number.get());
+            if self.compact && super::compaction::may_compact(task) {
+                // How deep it went is measured first: compaction gives back every page.
+                let mut resident = 0;
+                if let Ok(coroutine) = task.coroutine.try_borrow()
+                    && let Some(stack) = coroutine.as_ref().map(|coroutine| coroutine.stack())
+                    && let Ok(residency) = usage::residency(stack, stack.limit(), mincore)
+                {
+                    watch.note_deepest(task, residency.deepest, stack.size());
+                    resident = residency.resident;
+                }
+                if let Some(frames) = super::compaction::compact(task, batch) {
+                    result.compactions += 1;
+                    result.compacted += frames as u64;
+                    result.released += resident as u64;
+                    watch.held.set(0);
+                    return;
+                }
+            }
             if let Some((released, held)) = sweep_one(task, mincore, batch) {
                 if released > 0 {
                     result.releases += 1;

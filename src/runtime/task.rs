@@ -21,6 +21,7 @@ use super::parker::Parker;
 use super::stack_release::StackWatch;
 use crate::coroutine::{Coroutine, Yielder};
 use crate::greenlet::World;
+use crate::stack::frames::SavedFrames;
 
 use super::locals::TableHome;
 use super::reactor::{Interest, ScheduledIo};
@@ -335,6 +336,13 @@ pub(crate) struct Task {
     pub(crate) parked_since: Cell<Option<Instant>>,
     /// The deadline of its current park, if any (for `runtime::dump`); as `parked_since`.
     pub(crate) parked_until: Cell<Option<Instant>>,
+    /// Its live frames while it is compacted (`runtime::compaction`): its stack's pages are
+    /// then given back, and the frames go back before anything touches the stack again.
+    /// Read on every wake-up ([`Task::is_compacted`]), so it sits with the park's fields.
+    pub(crate) compacted: Cell<Option<SavedFrames>>,
+    /// How many `thread::scope`s of its own are open: while any is, green threads it spawned
+    /// may borrow from its stack, and it is never compacted.
+    pub(crate) lent: Cell<u32>,
 
     // -- The rest: read at the ends of its life, by handles, or on rarer paths. --
     pub(crate) id: u64,
@@ -398,6 +406,8 @@ impl Task {
             parker: RefCell::new(None),
             parked_since: Cell::new(None),
             parked_until: Cell::new(None),
+            compacted: Cell::new(None),
+            lent: Cell::new(0),
             parent: Cell::new(0),
             scope: Cell::new(0),
             polling_future: Cell::new(false),
@@ -424,6 +434,7 @@ impl Task {
         self.cancellations_delivered.set(0);
         self.scope_deadline.set(None);
         self.scope.set(0);
+        self.lent.set(0);
         self.polling_future.set(false);
         self.stack_watch.reset();
         self.result.reset();
@@ -433,6 +444,24 @@ impl Task {
         // Handles of the green thread that ran in this allocation keep their own parker, whose
         // key names that thread: an unpark through one finds it gone and does nothing.
         *self.parker.get_mut() = None;
+    }
+
+    /// Whether its frames are on the heap (`runtime::compaction`). One load: the wake-up path
+    /// tests it.
+    #[inline(always)]
+    pub(crate) fn is_compacted(&self) -> bool {
+        // SAFETY: a shared read of the Cell's contents, on the task's own thread (a Task is
+        // not Sync); no reference into a Cell's contents ever exists, so nothing writes it
+        // during this read.
+        unsafe { (*self.compacted.as_ptr()).is_some() }
+    }
+
+    /// The bytes of frames it keeps on the heap while compacted, else `None`.
+    pub(crate) fn compacted_bytes(&self) -> Option<usize> {
+        let saved = self.compacted.take()?;
+        let bytes = saved.bytes();
+        self.compacted.set(Some(saved));
+        Some(bytes)
     }
 
     /// Prefetches this task's record: what running it reads first (state, wake, coroutine).
@@ -469,6 +498,8 @@ impl Task {
     /// join that finds no result reports it cancelled instead of waiting for ever. Its joiner
     /// link is dropped with it (the joiner belongs to the same ended runtime).
     pub(crate) fn abandon(&self) -> Option<TaskCoroutine> {
+        // Its coroutine is about to be unwound (or leaked): its frames must be in place.
+        super::compaction::restore(self);
         self.state.set(TaskState::Finished);
         self.waiting.set(None);
         drop(self.joiner.take());
@@ -680,6 +711,14 @@ impl Drop for ResultSlot {
 unsafe fn drop_stored_as<V>(storage: *mut u8) {
     // SAFETY: the caller's contract.
     unsafe { ptr::drop_in_place(storage.cast::<V>()) }
+}
+
+/// A task dropped while compacted (its runtime ended with it parked and compacted) gets its
+/// frames back before its coroutine is dropped, which unwinds that stack.
+impl Drop for Task {
+    fn drop(&mut self) {
+        super::compaction::restore(self);
+    }
 }
 
 #[cfg(test)]

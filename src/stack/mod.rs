@@ -17,6 +17,7 @@
 //! faults (see [`guard_kind`]) and falls back to `mprotect` otherwise.
 
 mod batch;
+pub(crate) mod frames;
 pub(crate) mod pool;
 pub(crate) mod usage;
 mod valgrind;

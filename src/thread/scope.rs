@@ -28,6 +28,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::rc::Rc;
 
 use super::{Builder, JoinError, JoinHandle, Outcome, Thread};
+use crate::runtime::compaction::Lending;
 use crate::runtime::scheduler::{self, with_scheduler};
 use crate::runtime::task::{Task, TaskState, Wait, Wake};
 
@@ -111,8 +112,10 @@ where
     F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> T,
 {
     // Only on a green thread (this panics elsewhere, saying so): the end of the scope waits.
-    with_scheduler("greenweave::thread::scope", |scheduler| {
-        scheduler.current_task_key()
+    // Until it has waited, the green threads spawned in it may borrow anything on this
+    // green thread's stack, which must then stay where it is (`runtime::compaction`).
+    let _lending = with_scheduler("greenweave::thread::scope", |scheduler| {
+        Lending::begin(scheduler.current_task())
     });
     let scope = Scope {
         data: Rc::new(ScopeData {
