@@ -346,7 +346,12 @@ fn without_the_setting_nothing_is_compacted() {
     runtime.run(|| {
         let (wake, parked) = mpsc::channel::<()>();
         let waiter = greenweave::spawn(move || parked.recv().unwrap());
-        while metrics().stack_release_count() == 0 && metrics().long_parked_stack_bytes() == 0 {
+        // Swept: released below its stack pointer, or measured (or, in the checking mode,
+        // compacted at its park whatever the setting).
+        while metrics().stack_release_count() == 0
+            && metrics().long_parked_stack_bytes() == 0
+            && metrics().compacted_stack_bytes() == 0
+        {
             greenweave::thread::sleep(Duration::from_millis(1));
         }
         if !cfg!(greenweave_compact_check) {
@@ -355,4 +360,68 @@ fn without_the_setting_nothing_is_compacted() {
         wake.send(()).unwrap();
         waiter.join().unwrap();
     });
+}
+
+/// Recurses 1 KiB a frame until `depth` reaches `until` (far past any stack here).
+#[inline(never)]
+fn overflow(depth: u64, until: u64) -> u64 {
+    let mut frame = [depth as u8; 1024];
+    black_box(&mut frame);
+    if depth == until {
+        return 0;
+    }
+    overflow(depth + 1, until) + u64::from(frame[7])
+}
+
+/// Compaction lifts a stack's guard region with its pages (so that the page tables of a run of
+/// compacted neighbours can go): the guard must be back before the green thread runs, and an
+/// overflow after the wake-up is reported as one, not a write into the neighbouring stack.
+#[test]
+fn a_compacted_green_thread_that_overflows_after_waking_hits_its_guard() {
+    const TEST: &str = "a_compacted_green_thread_that_overflows_after_waking_hits_its_guard";
+    let outcome = run_in_child(TEST, || {
+        compacting_runtime().run(|| {
+            let (wake, parked) = mpsc::channel::<()>();
+            let deep = greenweave::thread::Builder::new()
+                .name("overflows after its wake-up".into())
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    parked.recv().unwrap();
+                    overflow(0, black_box(u64::MAX))
+                })
+                .unwrap();
+            // Its neighbours, compacted too: a missing guard would let the overflow run into
+            // one of them.
+            let (_keep, never) = mpsc::channel::<()>();
+            let never = Rc::new(never);
+            for _ in 0..8 {
+                let never = never.clone();
+                greenweave::thread::Builder::new()
+                    .stack_size(64 * 1024)
+                    .spawn(move || {
+                        let _ = never.recv();
+                    })
+                    .unwrap();
+            }
+            wait_for_compactions(9);
+            wake.send(()).unwrap();
+            let _ = deep.join();
+            println!("the overflow was not caught");
+            std::process::exit(0);
+        });
+    });
+    assert_eq!(
+        outcome.signal(),
+        Some(libc::SIGABRT),
+        "{}",
+        outcome.describe()
+    );
+    assert!(
+        outcome
+            .stderr
+            .contains("green thread 'overflows after its wake-up'")
+            && outcome.stderr.contains("has overflowed its stack"),
+        "{}",
+        outcome.describe()
+    );
 }

@@ -80,10 +80,10 @@ pub(crate) fn compact(task: &Task, batch: &mut ReleaseBatch) -> Option<usize> {
     // and it lends nothing (`may_compact`; ARCHITECTURE.md, "Who may touch a parked stack").
     let saved = unsafe { SavedFrames::save(stack, sp) }?;
     let bytes = saved.bytes();
-    let (start, end) = frames::compacted_range(stack);
     // SAFETY: as above; the frames are saved, and the range is released only after this
-    // sweep has visited every task, with `task` still parked.
-    unsafe { batch.push(start, end) };
+    // sweep has visited every task, with `task` still parked. Its guard, if lifted, is back
+    // before it runs (`restore_compacted`).
+    unsafe { frames::queue_release(stack, batch, LIFTS_GUARDS) };
     task.compacted.set(Some(saved));
     Some(bytes)
 }
@@ -111,9 +111,12 @@ fn restore_compacted(task: &Task) {
         .as_ref()
         .expect("a compacted green thread keeps its coroutine")
         .stack();
+    if LIFTS_GUARDS && frames::guard_can_be_lifted(stack) {
+        frames::reinstall_guard(stack);
+    }
     if CHECKING {
-        crate::overflow::unregister_guard(frames::compacted_range(stack).0);
-        if let Err(error) = frames::unprotect_released(stack) {
+        crate::overflow::unregister_guard(frames::frame_pages(stack, &saved).0);
+        if let Err(error) = frames::unprotect_released(stack, &saved) {
             panic!(
                 "greenweave (compaction checking mode): could not make a compacted stack \
                  accessible again: {error}"
@@ -144,6 +147,11 @@ impl Drop for Lending {
     }
 }
 
+/// Whether compaction lifts a stack's guard region with its pages, so that the page tables of
+/// a run of compacted neighbours are freed (BENCHMARKS.md, "Compaction"); the checking mode
+/// keeps every guard, to check one thing at a time.
+const LIFTS_GUARDS: bool = !CHECKING;
+
 /// Whether the checking mode is built in (`--cfg greenweave_compact_check`, set by
 /// `.ci/run` for one pass of the test suite).
 pub(crate) const CHECKING: bool = cfg!(greenweave_compact_check);
@@ -168,10 +176,14 @@ pub(crate) fn check_at_park(task: &Task, metrics: &super::metrics::WorkerMetrics
     let Some(stack) = coroutine.as_ref().map(|coroutine| coroutine.stack()) else {
         return;
     };
+    let Some(saved) = task.compacted.take() else {
+        return;
+    };
     // SAFETY: the task is compacted (above): nothing may touch its stack until `restore`,
     // which lifts the protection first.
-    if unsafe { frames::protect_released(stack) } {
-        let (start, end) = frames::compacted_range(stack);
+    if unsafe { frames::protect_released(stack, &saved) } {
+        let (start, end) = frames::frame_pages(stack, &saved);
         crate::overflow::register_compacted(start, end - start, task.id);
     }
+    task.compacted.set(Some(saved));
 }

@@ -1,7 +1,7 @@
 //! A parked stack's live frames moved to the heap and back: the memory side of compaction.
 //!
-//! Owns: [`SavedFrames`] (the bytes from a saved stack pointer less the red zone up to the
-//! stack's top, in a right-sized heap buffer), saving them, putting them back at the same
+//! Owns: [`SavedFrames`] (the bytes from a saved stack pointer up to the stack's top, in a
+//! right-sized heap buffer), saving them, putting them back at the same
 //! addresses, and the checking mode's protection of a compacted stack
 //! ([`protect_released`], [`unprotect_released`]).
 //!
@@ -17,12 +17,9 @@
 
 use std::io;
 
-use super::{GuardKind, MADV_GUARD_INSTALL, Stack, guard_kind};
+use super::usage::{MADV_GUARD_REMOVE, ReleaseBatch};
+use super::{GuardKind, MADV_GUARD_INSTALL, Stack, guard_kind, page_size};
 use crate::arch;
-
-/// `MADV_GUARD_REMOVE` from the kernel's `include/uapi/asm-generic/mman-common.h` (Linux
-/// 6.13): lifts guard markers installed with `MADV_GUARD_INSTALL`, leaving the pages empty.
-const MADV_GUARD_REMOVE: libc::c_int = 103;
 
 /// The live frames of a parked stack, `[top - 8 * len, top)`, in a heap buffer of exactly
 /// that many words. The stack they came from is not recorded: the caller keeps the two
@@ -33,8 +30,14 @@ pub(crate) struct SavedFrames {
 
 impl SavedFrames {
     /// Copies what is live on `stack` for a context suspended with stack pointer `sp`: from
-    /// `sp` less the ABI's red zone (rounded down to 16 bytes) up to the top. Returns `None`
-    /// if `sp` is not on `stack`.
+    /// `sp` (rounded down to 16 bytes) up to the top. Returns `None` if `sp` is not on
+    /// `stack`.
+    ///
+    /// Not the red zone below `sp` (128 bytes on x86_64, none on aarch64): the innermost frame
+    /// of a suspended context is the switch's, and every function above it made a call, so
+    /// none keeps anything there (ARCHITECTURE.md, "Stack high-water release": the argument
+    /// that lets the sweep release below a parked stack pointer). It saves 128 bytes per
+    /// compacted green thread on x86_64.
     ///
     /// # Safety
     /// The context suspended at `sp` on `stack` stays suspended until the frames are restored,
@@ -45,7 +48,7 @@ impl SavedFrames {
         if sp <= stack.limit() || sp > top {
             return None;
         }
-        let low = (sp - arch::RED_ZONE_BYTES).max(stack.limit()) & !15;
+        let low = sp & !15;
         let len = (top - low) / 8;
         let mut words = vec![0usize; len].into_boxed_slice();
         // SAFETY: `[low, top)` is inside the stack's usable range, which is mapped read-write
@@ -82,15 +85,86 @@ pub(crate) fn compacted_range(stack: &Stack) -> (usize, usize) {
     (stack.limit(), stack.top().as_ptr() as usize)
 }
 
-/// The checking mode: makes a compacted stack's usable range fault, as a guard region where
-/// the kernel has them and `PROT_NONE` otherwise, so that a stray access is reported by the
-/// fault handler instead of reading zeros. Returns whether it did.
+/// Queues a compacted stack's release in `batch`; if `lift_guard` and its guard is a guard
+/// region, its guard page and the markers there too: the page tables that map a run of
+/// compacted neighbours are then empty, and the kernel frees them with the release. Returns
+/// whether the guard was lifted (then [`reinstall_guard`] must put it back before anything
+/// runs on the stack).
+///
+/// # Safety
+/// The frames of `stack` are saved, and nothing runs on it or touches it until they are
+/// restored, after [`reinstall_guard`] if this returned `true`.
+pub(crate) unsafe fn queue_release(
+    stack: &Stack,
+    batch: &mut ReleaseBatch,
+    lift_guard: bool,
+) -> bool {
+    let (start, end) = compacted_range(stack);
+    let lift = lift_guard && guard_can_be_lifted(stack);
+    // SAFETY: the caller's contract: nothing lives on the stack or runs there until the frames
+    // come back (and the guard with them).
+    unsafe {
+        if lift {
+            let page = page_size();
+            batch.push_guard(start - page, page);
+            batch.push(start - page, end);
+        } else {
+            batch.push(start, end);
+        }
+    }
+    lift
+}
+
+/// Whether [`queue_release`] lifts `stack`'s guard when asked to: when it is a guard region
+/// (a `PROT_NONE` guard is a mapping of its own, and lifting it would merge and split
+/// mappings at every compaction).
+pub(crate) fn guard_can_be_lifted(stack: &Stack) -> bool {
+    stack.guard() == GuardKind::GuardRegion
+}
+
+/// Puts back the guard region that [`queue_release`] lifted, before anything runs on
+/// `stack` again. Falls back to `PROT_NONE` if the kernel refuses the markers (no memory for
+/// a page-table page); aborts, saying why, if it refuses that too: a stack without its guard
+/// would let an overflow write into its neighbour.
+pub(crate) fn reinstall_guard(stack: &Stack) {
+    let page = page_size();
+    let guard = (stack.limit() - page) as *mut libc::c_void;
+    // SAFETY: the guard page of this stack's own mapping, empty since its markers were
+    // lifted; nothing refers to it.
+    if unsafe { libc::madvise(guard, page, MADV_GUARD_INSTALL) } == 0 {
+        return;
+    }
+    // SAFETY: as above; `PROT_NONE` makes the same page fault, as a separate mapping.
+    if unsafe { libc::mprotect(guard, page, libc::PROT_NONE) } == 0 {
+        return;
+    }
+    let error = io::Error::last_os_error();
+    eprintln!(
+        "greenweave: could not put back the guard page of a compacted green thread's stack \
+         before waking it ({error}); it cannot run without one, aborting"
+    );
+    std::process::abort();
+}
+
+/// The pages that held the frames `saved` of `stack`: what the checking mode protects, where
+/// anything that holds a pointer into the parked green thread's live data would touch. (The
+/// rest of the stack is dead memory, released all the same.)
+pub(crate) fn frame_pages(stack: &Stack, saved: &SavedFrames) -> (usize, usize) {
+    let top = stack.top().as_ptr() as usize;
+    let start = (top - saved.bytes()) & !(super::page_size() - 1);
+    (start, top)
+}
+
+/// The checking mode: makes the pages that held a compacted stack's frames ([`frame_pages`])
+/// fault, as a guard region where the kernel has them and `PROT_NONE` otherwise, so that a
+/// stray access is reported by the fault handler instead of reading zeros. Returns whether it
+/// did.
 ///
 /// # Safety
 /// As [`SavedFrames::save`]: nothing may touch the range until [`unprotect_released`].
 #[cfg_attr(not(greenweave_compact_check), allow(dead_code))]
-pub(crate) unsafe fn protect_released(stack: &Stack) -> bool {
-    let (start, end) = compacted_range(stack);
+pub(crate) unsafe fn protect_released(stack: &Stack, saved: &SavedFrames) -> bool {
+    let (start, end) = frame_pages(stack, saved);
     let advice = match guard_kind() {
         GuardKind::GuardRegion => MADV_GUARD_INSTALL,
         GuardKind::ProtNone => 0,
@@ -112,8 +186,8 @@ pub(crate) unsafe fn protect_released(stack: &Stack) -> bool {
 ///
 /// # Errors
 /// The kernel's, if it refuses (no memory to split a mapping under `PROT_NONE`).
-pub(crate) fn unprotect_released(stack: &Stack) -> io::Result<()> {
-    let (start, end) = compacted_range(stack);
+pub(crate) fn unprotect_released(stack: &Stack, saved: &SavedFrames) -> io::Result<()> {
+    let (start, end) = frame_pages(stack, saved);
     // SAFETY: the range is the stack's own usable range, protected by `protect_released`;
     // lifting the protection makes no memory visible that was not the stack's.
     let rc = unsafe {
@@ -145,7 +219,7 @@ mod tests {
         let stack = Stack::new(64 * 1024).unwrap();
         let top = stack.top().as_ptr() as usize;
         let sp = top - 1000;
-        let low = (sp - arch::RED_ZONE_BYTES) & !15;
+        let low = sp & !15;
         for (index, at) in (low..top).step_by(8).enumerate() {
             // SAFETY: inside the stack's usable range; nothing runs on it.
             unsafe { (at as *mut usize).write(0x5eed_0000 + index) };
@@ -187,8 +261,8 @@ mod tests {
         // SAFETY: as above.
         let frames = unsafe { SavedFrames::save(&stack, top - 64) }.unwrap();
         // SAFETY: as above.
-        assert!(unsafe { protect_released(&stack) });
-        unprotect_released(&stack).unwrap();
+        assert!(unsafe { protect_released(&stack, &frames) });
+        unprotect_released(&stack, &frames).unwrap();
         // SAFETY: as above.
         unsafe { frames.restore(&stack) };
         // SAFETY: as above.

@@ -109,12 +109,39 @@ pub(crate) fn release_limit(stack: &Stack, sp: usize) -> usize {
     (free_below & !(page_size() - 1)).max(limit)
 }
 
+/// `MADV_GUARD_REMOVE` from the kernel's `include/uapi/asm-generic/mman-common.h` (Linux
+/// 6.13): lifts guard markers installed with `MADV_GUARD_INSTALL`, leaving the pages empty.
+pub(crate) const MADV_GUARD_REMOVE: libc::c_int = 103;
+
+/// Sorts `ranges` by address and merges each run of touching ones into one.
+fn coalesce(ranges: &mut Vec<libc::iovec>) {
+    ranges.sort_unstable_by_key(|range| range.iov_base as usize);
+    let mut merged = 0;
+    for index in 0..ranges.len() {
+        let range = ranges[index];
+        if merged > 0 {
+            let last = &mut ranges[merged - 1];
+            if last.iov_base as usize + last.iov_len == range.iov_base as usize {
+                last.iov_len += range.iov_len;
+                continue;
+            }
+        }
+        ranges[merged] = range;
+        merged += 1;
+    }
+    ranges.truncate(merged);
+}
+
 /// Ranges to release with `MADV_DONTNEED`, gathered over a sweep and released together: one
 /// `process_madvise` per 1024 ranges where the kernel lets a process advise itself that way
 /// (Linux 6.13, `PIDFD_SELF` from 6.15), else one `madvise` each.
 #[derive(Default)]
 pub(crate) struct ReleaseBatch {
     ranges: Vec<libc::iovec>,
+    /// Guard pages of compacted stacks whose guard-region markers go before the release
+    /// (`stack::frames::lift_guard`): markers are page-table entries, and a page-table page
+    /// that holds one is never freed.
+    guards: Vec<libc::iovec>,
 }
 
 impl ReleaseBatch {
@@ -132,8 +159,37 @@ impl ReleaseBatch {
         });
     }
 
+    /// Adds the guard page at `start` (`len` bytes) of a compacted stack, whose guard-region
+    /// markers [`release`](Self::release) removes before it releases the ranges.
+    ///
+    /// # Safety
+    /// Nothing runs on the stack until its guard is installed again
+    /// (`stack::frames::reinstall_guard`): until then it has no overflow protection.
+    pub(crate) unsafe fn push_guard(&mut self, start: usize, len: usize) {
+        self.guards.push(libc::iovec {
+            iov_base: start as *mut libc::c_void,
+            iov_len: len,
+        });
+    }
+
     /// Releases every range gathered, and empties the batch (keeping its allocation).
+    ///
+    /// Neighbouring ranges are released as one: the kernel frees a page-table page (Linux
+    /// 6.14 and later) only when one `MADV_DONTNEED` covers the whole 2 MiB it maps, which a
+    /// run of compacted neighbours' stacks, guard pages included, does.
     pub(crate) fn release(&mut self) {
+        for chunk in self.guards.chunks(MAX_RANGES_PER_CALL) {
+            // SAFETY: `push_guard`'s caller promised that nothing runs on these stacks until
+            // their guards are back; removing the markers leaves the pages empty.
+            if !unsafe { super::batch::advise_self(chunk, MADV_GUARD_REMOVE) } {
+                for guard in chunk {
+                    // SAFETY: as above.
+                    unsafe { libc::madvise(guard.iov_base, guard.iov_len, MADV_GUARD_REMOVE) };
+                }
+            }
+        }
+        self.guards.clear();
+        coalesce(&mut self.ranges);
         for chunk in self.ranges.chunks(MAX_RANGES_PER_CALL) {
             // SAFETY: `push`'s caller promised that nothing lives in these ranges.
             if !unsafe { super::batch::advise_self(chunk, libc::MADV_DONTNEED) } {
@@ -187,6 +243,26 @@ mod tests {
         assert_eq!(after.releasable, None);
         // SAFETY: as above; the released page reads as zeros.
         assert_eq!(unsafe { (deep as *const u64).read_volatile() }, 0);
+    }
+
+    #[test]
+    fn touching_ranges_are_merged_in_address_order() {
+        let range = |start: usize, len: usize| libc::iovec {
+            iov_base: start as *mut libc::c_void,
+            iov_len: len,
+        };
+        let mut ranges = vec![
+            range(0x3000, 0x1000),
+            range(0x1000, 0x1000),
+            range(0x2000, 0x1000),
+            range(0x8000, 0x2000),
+        ];
+        coalesce(&mut ranges);
+        let got: Vec<(usize, usize)> = ranges
+            .iter()
+            .map(|range| (range.iov_base as usize, range.iov_len))
+            .collect();
+        assert_eq!(got, [(0x1000, 0x3000), (0x8000, 0x2000)]);
     }
 
     #[test]
