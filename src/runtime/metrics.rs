@@ -225,9 +225,11 @@ impl WorkerMetrics {
     pub(crate) fn stacks_swept(&self, sweep: &super::stack_release::SweepResult) {
         self.stack_releases.add(sweep.releases);
         self.stack_bytes_released.add(sweep.released);
-        self.long_parked_stack_bytes.set(sweep.held);
         self.stack_compactions.add(sweep.compactions);
-        self.compacted_stack_bytes.set(sweep.compacted);
+        if sweep.round_complete {
+            self.long_parked_stack_bytes.set(sweep.held);
+            self.compacted_stack_bytes.set(sweep.compacted);
+        }
     }
 
     /// One green thread compacted at its park (the checking mode of `runtime::compaction`).

@@ -1123,10 +1123,17 @@ impl Scheduler {
     #[inline]
     fn look_at_stacks(&self, now: Instant) -> Option<Instant> {
         let sweep = self.stack_sweep.as_ref()?;
-        sweep.look(now, self.runs(), &self.metrics, |each| {
-            for task in self.tasks.borrow().iter() {
-                each(task);
+        sweep.look(now, self.runs(), &self.metrics, &mut |from, each| {
+            let tasks = self.tasks.borrow();
+            let slots = tasks.slots.get(from..).unwrap_or_default();
+            for (offset, task) in slots.iter().enumerate() {
+                if let Some(task) = task
+                    && !each(task)
+                {
+                    return Some(from + offset);
+                }
             }
+            None
         })
     }
 

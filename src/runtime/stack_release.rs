@@ -192,6 +192,10 @@ pub(crate) struct StackSweep {
     runs_seen: Cell<u64>,
     /// `mincore`'s vector and the ranges to release, reused from sweep to sweep.
     scratch: RefCell<(Vec<u8>, ReleaseBatch)>,
+    /// Where the next sweep starts in the task table: 0, or where a capped one stopped.
+    cursor: Cell<usize>,
+    /// What the round under way has gathered so far.
+    round: Cell<Round>,
 }
 
 /// What one sweep found, for the metrics.
@@ -207,6 +211,9 @@ pub(crate) struct SweepResult {
     pub(crate) compactions: u64,
     /// Bytes of frames that compacted green threads keep on the heap now.
     pub(crate) compacted: u64,
+    /// Whether this sweep ended a round (reached the end of the task table): only then are
+    /// `held` and `compacted` the figures of every task.
+    pub(crate) round_complete: bool,
 }
 
 impl StackSweep {
@@ -219,6 +226,8 @@ impl StackSweep {
             next: Cell::new(None),
             runs_seen: Cell::new(0),
             scratch: RefCell::new((Vec::new(), ReleaseBatch::default())),
+            cursor: Cell::new(0),
+            round: Cell::new(Round::default()),
         })
     }
 
@@ -231,7 +240,7 @@ impl StackSweep {
         now: Instant,
         runs: u64,
         metrics: &WorkerMetrics,
-        visit_tasks: impl FnOnce(&mut dyn FnMut(&Task)),
+        visit_tasks: VisitTasks<'_>,
     ) -> Option<Instant> {
         match self.next.get() {
             None if runs != self.runs_seen.get() => {
@@ -256,41 +265,36 @@ impl StackSweep {
     /// figures.
     #[cold]
     #[inline(never)]
-    fn sweep(
-        &self,
-        now: Instant,
-        visit_tasks: impl FnOnce(&mut dyn FnMut(&Task)),
-    ) -> (Option<Instant>, SweepResult) {
+    fn sweep(&self, now: Instant, visit_tasks: VisitTasks<'_>) -> (Option<Instant>, SweepResult) {
         let mut scratch = self.scratch.borrow_mut();
         let (mincore, batch) = &mut *scratch;
-        let mut next: Option<Instant> = None;
+        let mut round = self.round.take();
         let mut result = SweepResult::default();
         let mut measured = 0;
-        let mut capped = false;
-        visit_tasks(&mut |task| {
+        let stopped_at = visit_tasks(self.cursor.get(), &mut |task| {
             if task.state.get() != TaskState::Parked {
-                return;
+                return true;
             }
             let watch = &task.stack_watch;
             if watch.swept_park.get() == task.park_number.get() {
                 if let Some(frames) = task.compacted_bytes() {
-                    result.compacted += frames as u64;
+                    round.compacted += frames as u64;
                 } else {
-                    result.held += watch.held.get() as u64;
+                    round.held += watch.held.get() as u64;
                 }
-                return;
+                return true;
             }
             let Some(since) = task.parked_since.get() else {
-                return;
+                return true;
             };
             let due = since + self.after;
             if now < due {
-                next = Some(next.map_or(due, |next| next.min(due)));
-                return;
+                round.next = Some(round.next.map_or(due, |next| next.min(due)));
+                return true;
             }
             if measured == MAX_STACKS_PER_SWEEP {
-                capped = true;
-                return;
+                // The next sweep starts here.
+                return false;
             }
             measured += 1;
             watch.swept_park.set(task.park_number.get());
@@ -306,10 +310,10 @@ impl StackSweep {
                 }
                 if let Some(frames) = super::compaction::compact(task, batch) {
                     result.compactions += 1;
-                    result.compacted += frames as u64;
+                    round.compacted += frames as u64;
                     result.released += resident as u64;
                     watch.held.set(0);
-                    return;
+                    return true;
                 }
             }
             if let Some((released, held)) = sweep_one(task, mincore, batch) {
@@ -318,22 +322,53 @@ impl StackSweep {
                     result.released += released as u64;
                 }
                 watch.held.set(held);
-                result.held += held as u64;
+                round.held += held as u64;
             }
+            true
         });
+        if let Some(slot) = stopped_at {
+            // Capped: the rest of the round is due at once (after the scheduler has run what
+            // is ready), from where this one stopped, so that a round of a million parked
+            // green threads walks the task table once, not once per 256 stacks.
+            self.cursor.set(slot);
+            self.round.set(round);
+            batch.release();
+            return (Some(now), result);
+        }
+        // The round is complete: its figures are the gauges.
+        self.cursor.set(0);
+        result.held = round.held;
+        result.compacted = round.compacted;
+        result.round_complete = true;
         // Stacks freed into this thread's pool keep what their last green thread touched.
         result.released += crate::stack::pool::queue_pooled_pages(mincore, batch) as u64;
         batch.release();
-        // A sweep visits every task, so a busy scheduler whose parks keep falling due one
-        // after another must not sweep at every look: the next sweep comes no sooner than an
-        // eighth of the threshold from now, unless this one left due stacks for later.
-        let next = if capped {
-            Some(now)
-        } else {
-            next.map(|next| next.max(now + self.after / SWEEP_SPACING_DIVISOR))
-        };
+        // A round visits every task, so a busy scheduler whose parks keep falling due one
+        // after another must not sweep at every look: the next round comes no sooner than an
+        // eighth of the threshold from now.
+        let next = round
+            .next
+            .map(|next| next.max(now + self.after / SWEEP_SPACING_DIVISOR));
         (next, result)
     }
+}
+
+/// How a sweep visits the scheduler's unfinished tasks: from the task-table slot it is given,
+/// in slot order, calling the visitor on each until it returns `false`; returns the slot of
+/// the task it stopped at (the next sweep starts there), or `None` at the end of the table.
+pub(crate) type VisitTasks<'a> =
+    &'a mut dyn FnMut(usize, &mut dyn FnMut(&Task) -> bool) -> Option<usize>;
+
+/// What a round of sweeps (one or more, each capped at [`MAX_STACKS_PER_SWEEP`] stacks)
+/// gathers until it reaches the end of the task table.
+#[derive(Clone, Copy, Default)]
+struct Round {
+    /// The earliest time a park seen too young becomes due.
+    next: Option<Instant>,
+    /// Bytes the swept stacks hold.
+    held: u64,
+    /// Bytes of frames compacted green threads keep on the heap.
+    compacted: u64,
 }
 
 /// Sweeps one parked task: notes how deep its stack went, and adds the resident pages below
