@@ -3,6 +3,10 @@
 //!
 //! This binary counts the heap allocations made on each OS thread (its own global allocator),
 //! so it is kept apart from the other tests.
+//!
+//! In the compaction checking mode (`--cfg greenweave_compact_check`, `.ci/run`) every park is
+//! compacted at once, and a compaction puts the parked frames in a heap buffer: there the
+//! counts are printed, not asserted.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -90,7 +94,9 @@ fn waiting_for_a_contended_mutex_allocates_nothing_once_warm() {
         assert_eq!(*mutex.lock().unwrap(), 2_200);
         // The spawn of the other green thread may allocate (its task is usually reused); the
         // 2,000 waits must not.
-        assert!(during <= 2, "{during} allocations for 2,000 waits");
+        if !cfg!(greenweave_compact_check) {
+            assert!(during <= 2, "{during} allocations for 2,000 waits");
+        }
     });
 }
 
@@ -125,6 +131,10 @@ fn waiting_on_a_condvar_behind_another_waiter_allocates_nothing_once_warm() {
         for waiter in waiters {
             waiter.join().unwrap();
         }
-        assert_eq!(during, 0, "{during} allocations for 1,900 notified waits");
+        if cfg!(greenweave_compact_check) {
+            println!("{during} allocations for 1,900 notified waits, compacted at each park");
+        } else {
+            assert_eq!(during, 0, "{during} allocations for 1,900 notified waits");
+        }
     });
 }

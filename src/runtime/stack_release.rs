@@ -23,6 +23,10 @@
 //! (`stack::pool`), which keep what their last green thread touched, are released below their
 //! top page at each sweep too.
 //!
+//! With compaction on (`runtime::Builder::compact_parked_stacks`), a swept green thread that
+//! `runtime::compaction` may compact is compacted instead: its frames go to the heap and its
+//! whole stack is released in the same batch.
+//!
 //! When: the scheduler looks at each poll (every `RUNS_BETWEEN_POLLS` runs of a busy queue,
 //! and before it waits in `epoll_wait`). A look is a compare unless a sweep is due; an idle
 //! scheduler with parks not yet swept waits in `epoll_wait` at most until the first of them
@@ -43,7 +47,8 @@ pub(crate) const DEFAULT_RELEASE_AFTER: Duration = Duration::from_secs(1);
 /// The most stacks one sweep measures (and releases): each costs a `mincore` (1 to 5 us here)
 /// and, after a deep descent, its share of the release (about 20 us for 124 KiB), so a sweep
 /// holds its worker up for at most a few milliseconds. Parks left over are due at once: the
-/// scheduler runs what is ready and sweeps again at its next look.
+/// scheduler runs what is ready and sweeps again at its next look, from the task it stopped at
+/// (`StackSweep::cursor`).
 const MAX_STACKS_PER_SWEEP: usize = 256;
 
 /// Sweeps are at least `after / SWEEP_SPACING_DIVISOR` apart (`after`: the release threshold),
