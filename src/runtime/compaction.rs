@@ -4,22 +4,24 @@
 //!
 //! Owns: which parked green thread may be compacted ([`may_compact`], the rules that keep the
 //! list in ARCHITECTURE.md, "Who may touch a parked stack", true), compacting one into a
-//! sweep's release batch ([`compact`]), restoring one ([`restore`]), and the checking mode
-//! (`--cfg greenweave_compact_check`: [`check_at_park`]).
+//! sweep's release batch ([`compact`]: its frames and its coroutine go into
+//! `Task::compacted`), [`Lending`] (a `thread::scope` open), and the checking mode (`--cfg
+//! greenweave_compact_check`: `check_at_park`).
 //!
 //! May not: run anywhere but on the green thread's own scheduler with the green thread parked;
-//! touch the park path or the switch in ordinary builds (the sweep of `runtime::stack_release`
-//! compacts, and `Scheduler::make_runnable` restores, at the one place a parked green thread
-//! becomes runnable again); decide what a wait means.
+//! touch the park path, a wake-up or the switch in ordinary builds (the sweep of
+//! `runtime::stack_release` compacts; `Task::restore_compacted` restores); decide what a wait
+//! means.
 //!
-//! Frames are restored before a green thread is made runnable (so before the ready queue's
-//! prefetch, before its resume, before a dump walks it), before its coroutine is dropped
-//! (`Task`'s `Drop`, `Task::abandon`) and before `runtime::dump` walks it for a backtrace.
+//! A compacted task has no coroutine (it is in `Task::compacted`, with the frames), so nothing
+//! can resume it or walk its stack by mistake. Its frames go back when `run_task` finds no
+//! coroutine (a test it makes anyway), before its coroutine is dropped (`Task`'s `Drop`,
+//! `Task::abandon`) and before `runtime::dump` walks it for a backtrace.
 
 use std::rc::Rc;
 
-use super::task::{Task, TaskState, Wait};
-use crate::stack::frames::{self, SavedFrames};
+use super::task::{CompactedCoroutine, Task, TaskState, Wait};
+use crate::stack::frames::SavedFrames;
 use crate::stack::usage::ReleaseBatch;
 
 /// Whether `wait`'s waker leaves the parked green thread's stack alone: it writes only to
@@ -63,70 +65,44 @@ pub(crate) fn may_compact(task: &Task) -> bool {
             .is_some_and(|(wait, _)| wait_leaves_stack_alone(&wait))
 }
 
-/// Compacts `task`, which [`may_compact`]: copies its live frames into its record and adds
-/// its whole stack to `batch`, whose `release` gives the pages back. Returns the bytes of
-/// frames saved, or `None` if its coroutine is borrowed, finished, or suspended on another
-/// stack.
+/// Compacts `task`, which [`may_compact`]: copies its live frames to the heap, takes its
+/// coroutine out of it into its compacted record with them, and adds its whole stack to
+/// `batch`, whose `release` gives the pages back. Returns the bytes of frames saved, or `None`
+/// if its coroutine is borrowed, finished, or suspended on another stack.
 pub(crate) fn compact(task: &Task, batch: &mut ReleaseBatch) -> Option<usize> {
+    compact_and_protect(task, batch, false)
+}
+
+/// [`compact`], and in the checking mode, if `protect`, makes the frames' pages fault. Only
+/// with no green thread current (`check_at_park`, from the scheduler's loop): the protection
+/// registers with the fault handler under a lock, which under the hooks would park a current
+/// green thread, from inside a sweep.
+fn compact_and_protect(task: &Task, batch: &mut ReleaseBatch, protect: bool) -> Option<usize> {
     debug_assert!(may_compact(task));
-    let coroutine = task.coroutine.try_borrow().ok()?;
-    let coroutine = coroutine.as_ref()?;
+    let mut slot = task.coroutine.try_borrow_mut().ok()?;
+    let coroutine = slot.as_ref()?;
     let stack = coroutine.stack();
     let sp = coroutine.suspended_at()?.addr();
     // SAFETY: `task` is parked (`may_compact`), on this scheduler's thread, which runs no
-    // green thread now; it stays parked until `Scheduler::make_runnable`, which restores the
-    // frames first, as do the other ways its stack is reached (`restore`'s callers). Nothing
-    // else touches its stack meanwhile: its wait is one whose waker writes only to the heap,
-    // and it lends nothing (`may_compact`; ARCHITECTURE.md, "Who may touch a parked stack").
-    let saved = unsafe { SavedFrames::save(stack, sp) }?;
-    let bytes = saved.bytes();
-    // SAFETY: as above; the frames are saved, and the range is released only after this
-    // sweep has visited every task, with `task` still parked. Its guard, if lifted, is back
-    // before it runs (`restore_compacted`).
-    unsafe { frames::queue_release(stack, batch, LIFTS_GUARDS) };
-    task.compacted.set(Some(saved));
+    // green thread now. Its coroutine leaves the task below, so nothing can resume it until
+    // `Task::restore_compacted` has put the frames back (`run_task`, which finds no coroutine,
+    // and every other way to its stack: ARCHITECTURE.md, "Who may touch a parked stack").
+    // Nothing else touches its stack meanwhile: its wait is one whose waker writes only to
+    // the heap, and it lends nothing (`may_compact`).
+    let mut frames = unsafe { SavedFrames::save(stack, sp) }?;
+    let bytes = frames.bytes();
+    // SAFETY: as above; the range is released at the end of this sweep (or at once, in the
+    // checking mode), with `task` still parked. Its guard, if lifted, comes back first thing
+    // in its restore.
+    unsafe { frames.queue_release(stack, batch, LIFTS_GUARDS) };
+    if CHECKING && protect {
+        // SAFETY: as above.
+        unsafe { frames.protect(stack, task.id) };
+    }
+    let coroutine = slot.take()?;
+    task.compacted
+        .set(Some(Box::new(CompactedCoroutine { coroutine, frames })));
     Some(bytes)
-}
-
-/// Puts `task`'s frames back on its stack, if it is compacted; returns whether it was.
-/// Called before anything can touch its stack again: `Scheduler::make_runnable`, the drop or
-/// abandonment of its coroutine, `runtime::dump`'s walk.
-#[inline]
-pub(crate) fn restore(task: &Task) -> bool {
-    if !task.is_compacted() {
-        return false;
-    }
-    restore_compacted(task);
-    true
-}
-
-#[cold]
-#[inline(never)]
-fn restore_compacted(task: &Task) {
-    let Some(saved) = task.compacted.take() else {
-        return;
-    };
-    let coroutine = task.coroutine.borrow();
-    let stack = coroutine
-        .as_ref()
-        .expect("a compacted green thread keeps its coroutine")
-        .stack();
-    if LIFTS_GUARDS && frames::guard_can_be_lifted(stack) {
-        frames::reinstall_guard(stack);
-    }
-    if CHECKING {
-        crate::overflow::unregister_guard(frames::frame_pages(stack, &saved).0);
-        if let Err(error) = frames::unprotect_released(stack, &saved) {
-            panic!(
-                "greenweave (compaction checking mode): could not make a compacted stack \
-                 accessible again: {error}"
-            );
-        }
-    }
-    // SAFETY: the frames came from this stack, whose context stayed suspended since (the
-    // task was parked, and nothing runs on a compacted stack); the range is writable again
-    // (released pages, or unprotected just above).
-    unsafe { saved.restore(stack) };
 }
 
 /// Held while a green thread lends its stack to green threads it spawned (a `thread::scope`
@@ -167,23 +143,8 @@ pub(crate) fn check_at_park(task: &Task, metrics: &super::metrics::WorkerMetrics
         return;
     }
     let mut batch = ReleaseBatch::default();
-    if compact(task, &mut batch).is_none() {
-        return;
+    if compact_and_protect(task, &mut batch, true).is_some() {
+        batch.release();
+        metrics.stack_compacted();
     }
-    metrics.stack_compacted();
-    batch.release();
-    let coroutine = task.coroutine.borrow();
-    let Some(stack) = coroutine.as_ref().map(|coroutine| coroutine.stack()) else {
-        return;
-    };
-    let Some(saved) = task.compacted.take() else {
-        return;
-    };
-    // SAFETY: the task is compacted (above): nothing may touch its stack until `restore`,
-    // which lifts the protection first.
-    if unsafe { frames::protect_released(stack, &saved) } {
-        let (start, end) = frames::frame_pages(stack, &saved);
-        crate::overflow::register_compacted(start, end - start, task.id);
-    }
-    task.compacted.set(Some(saved));
 }

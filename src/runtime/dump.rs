@@ -285,16 +285,13 @@ fn describe(
     // reports the peak the long-park sweep last measured.
     let backtraces = walker.is_some();
     // A compacted green thread's frames are on the heap: a backtrace needs them back on its
-    // stack (the next sweep compacts it again).
-    let compacted = task.compacted_bytes();
-    if backtraces && super::compaction::restore(task) {
+    // stack (the next sweep compacts it again). Its stack use is measured first, so that the
+    // dump says it was compacted.
+    let stack = super::stack_release::measure(task, backtraces.then_some(mincore));
+    if backtraces && task.restore_compacted() {
         task.stack_watch.sweep_again();
     }
     let backtrace = walker.and_then(|walker| walker.walk(task));
-    let mut stack = super::stack_release::measure(task, backtraces.then_some(mincore));
-    if let Some(stack) = &mut stack {
-        stack.compacted = compacted;
-    }
     let parent = task.parent.get();
     GreenThread {
         id: task.id,

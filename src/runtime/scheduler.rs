@@ -791,11 +791,6 @@ impl Scheduler {
     /// Queues a parked `task` to run, woken for `wake`.
     #[inline(always)]
     fn make_runnable(&self, task: Rc<Task>, wake: Wake) {
-        // A compacted green thread gets its frames back before anything can touch its stack
-        // (the ready queue's prefetch, its resume, a dump's walk).
-        if task.is_compacted() {
-            self.restore_compacted(&task);
-        }
         #[cfg(feature = "tracing")]
         super::trace::woken(&task, wake);
         task.state.set(TaskState::Runnable);
@@ -804,13 +799,18 @@ impl Scheduler {
         self.ready.push_back(task);
     }
 
-    /// Restores a compacted task's frames (`runtime::compaction`), and counts it.
+    /// Puts a compacted task's frames and coroutine back (`runtime::compaction`) before it
+    /// runs, and counts it. With no green thread current meanwhile: the checking mode's
+    /// restore takes a lock, which under the hooks would otherwise park the very green thread
+    /// whose stack is not back yet.
     #[cold]
     #[inline(never)]
-    fn restore_compacted(&self, task: &Task) {
-        if super::compaction::restore(task) {
+    fn restore_to_run(&self, task: &Task) {
+        let current = self.current.replace(std::ptr::null());
+        if task.restore_compacted() {
             self.metrics.stack_restored();
         }
+        self.current.set(current);
     }
 
     /// Runs tasks until `done()` is true (returning `true`), or until every remaining task is
@@ -844,8 +844,11 @@ impl Scheduler {
                 }
             }
             // Nothing is ready: wait for I/O until the nearest deadline (one clock read serves
-            // both).
+            // both, and the parks' clock: the poll below does not read it again unless it
+            // waits, and a run of sweeps due at once (a compaction backlog) polls without
+            // waiting, so without this every park meanwhile looked older than it was).
             let now = Instant::now();
+            self.coarse_now.set(now);
             self.fire_timers(now);
             if !self.ready.is_empty() {
                 continue;
@@ -1023,6 +1026,13 @@ impl Scheduler {
         task.greenlets.enter();
         let outcome = {
             let mut coroutine = task.coroutine.borrow_mut();
+            if coroutine.is_none() {
+                // Compacted while it was parked: its frames go back now, the first time
+                // anything needs its stack (the test is the one `expect` below makes anyway).
+                drop(coroutine);
+                self.restore_to_run(&task);
+                coroutine = task.coroutine.borrow_mut();
+            }
             let coroutine = coroutine
                 .as_mut()
                 .expect("a runnable task has its coroutine");

@@ -153,8 +153,29 @@ pub(crate) struct StackUse {
 /// it (`dump_without_backtraces`, which must stay cheap for a million green threads) the
 /// peak is the deepest measured so far, or the current use if that is deeper.
 pub(crate) fn measure(task: &Task, scratch: Option<&mut Vec<u8>>) -> Option<StackUse> {
+    // A compacted green thread's coroutine is in its compacted record, with its frames.
+    if let Some(measured) = task.with_compacted(|compacted| {
+        measure_coroutine(
+            task,
+            &compacted.coroutine,
+            None,
+            Some(compacted.frames.bytes()),
+        )
+    }) {
+        return measured;
+    }
     let coroutine = task.coroutine.try_borrow().ok()?;
-    let coroutine = coroutine.as_ref()?;
+    measure_coroutine(task, coroutine.as_ref()?, scratch, None)
+}
+
+/// [`measure`] for `task`'s coroutine, wherever it is; `compacted`: the bytes of its frames on
+/// the heap, if it is compacted (then its stack holds nothing to measure).
+fn measure_coroutine(
+    task: &Task,
+    coroutine: &super::task::TaskCoroutine,
+    scratch: Option<&mut Vec<u8>>,
+    compacted: Option<usize>,
+) -> Option<StackUse> {
     let stack = coroutine.stack();
     let top = stack.top().as_ptr() as usize;
     let current = coroutine
@@ -179,7 +200,7 @@ pub(crate) fn measure(task: &Task, scratch: Option<&mut Vec<u8>>) -> Option<Stac
         current,
         peak,
         size: stack.size(),
-        compacted: task.compacted_bytes(),
+        compacted,
     })
 }
 

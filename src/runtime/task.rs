@@ -283,6 +283,13 @@ pub(crate) enum TaskState {
 /// what the scheduler should do with it.
 pub(crate) type TaskCoroutine = Coroutine<Wake, Suspend, ()>;
 
+/// A compacted green thread's coroutine, taken out of its task while its live frames are on
+/// the heap and its stack's pages are given back (`runtime::compaction`).
+pub(crate) struct CompactedCoroutine {
+    pub(crate) coroutine: TaskCoroutine,
+    pub(crate) frames: SavedFrames,
+}
+
 /// Who waits for a green thread to finish.
 pub(crate) enum Joiner {
     /// A green thread in `join` (or a `select` with a join), in park number `.1`.
@@ -336,10 +343,12 @@ pub(crate) struct Task {
     pub(crate) parked_since: Cell<Option<Instant>>,
     /// The deadline of its current park, if any (for `runtime::dump`); as `parked_since`.
     pub(crate) parked_until: Cell<Option<Instant>>,
-    /// Its live frames while it is compacted (`runtime::compaction`): its stack's pages are
-    /// then given back, and the frames go back before anything touches the stack again.
-    /// Read on every wake-up ([`Task::is_compacted`]), so it sits with the park's fields.
-    pub(crate) compacted: Cell<Option<SavedFrames>>,
+    /// Its coroutine and live frames while it is compacted (`runtime::compaction`): its
+    /// stack's pages are then given back, and `coroutine` is `None`, so that `run_task`'s test
+    /// for a coroutine (which it makes anyway) is what finds a compacted green thread and puts
+    /// its frames back first ([`Task::restore_compacted`]); nothing is added to a wake-up or a
+    /// switch.
+    pub(crate) compacted: Cell<Option<Box<CompactedCoroutine>>>,
     /// How many `thread::scope`s of its own are open: while any is, green threads it spawned
     /// may borrow from its stack, and it is never compacted.
     pub(crate) lent: Cell<u32>,
@@ -446,9 +455,8 @@ impl Task {
         *self.parker.get_mut() = None;
     }
 
-    /// Whether its frames are on the heap (`runtime::compaction`). One load: the wake-up path
-    /// tests it.
-    #[inline(always)]
+    /// Whether its frames are on the heap (`runtime::compaction`).
+    #[inline]
     pub(crate) fn is_compacted(&self) -> bool {
         // SAFETY: a shared read of the Cell's contents, on the task's own thread (a Task is
         // not Sync); no reference into a Cell's contents ever exists, so nothing writes it
@@ -458,10 +466,43 @@ impl Task {
 
     /// The bytes of frames it keeps on the heap while compacted, else `None`.
     pub(crate) fn compacted_bytes(&self) -> Option<usize> {
-        let saved = self.compacted.take()?;
-        let bytes = saved.bytes();
-        self.compacted.set(Some(saved));
-        Some(bytes)
+        self.with_compacted(|compacted| compacted.frames.bytes())
+    }
+
+    /// Calls `f` with its compacted coroutine and frames, if it is compacted.
+    pub(crate) fn with_compacted<T>(&self, f: impl FnOnce(&CompactedCoroutine) -> T) -> Option<T> {
+        let compacted = self.compacted.take()?;
+        let result = f(&compacted);
+        self.compacted.set(Some(compacted));
+        Some(result)
+    }
+
+    /// Puts a compacted task's frames back on its stack and its coroutine back in the task;
+    /// returns whether it was compacted. Called before anything can touch its stack again:
+    /// `run_task` (which finds no coroutine), its abandonment, its drop, and `runtime::dump`'s
+    /// walk.
+    #[inline]
+    pub(crate) fn restore_compacted(&self) -> bool {
+        if !self.is_compacted() {
+            return false;
+        }
+        self.put_back_compacted();
+        true
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn put_back_compacted(&self) {
+        let Some(compacted) = self.compacted.take() else {
+            return;
+        };
+        let CompactedCoroutine { coroutine, frames } = *compacted;
+        // SAFETY: the frames came from this coroutine's stack, whose context stayed
+        // suspended since: the coroutine was out of the task, so nothing resumed it, and
+        // nothing touches a compacted stack (`runtime::compaction`'s list).
+        unsafe { frames.restore(coroutine.stack()) };
+        let empty = self.coroutine.replace(Some(coroutine));
+        debug_assert!(empty.is_none());
     }
 
     /// Prefetches this task's record: what running it reads first (state, wake, coroutine).
@@ -499,7 +540,7 @@ impl Task {
     /// link is dropped with it (the joiner belongs to the same ended runtime).
     pub(crate) fn abandon(&self) -> Option<TaskCoroutine> {
         // Its coroutine is about to be unwound (or leaked): its frames must be in place.
-        super::compaction::restore(self);
+        self.restore_compacted();
         self.state.set(TaskState::Finished);
         self.waiting.set(None);
         drop(self.joiner.take());
@@ -717,7 +758,7 @@ unsafe fn drop_stored_as<V>(storage: *mut u8) {
 /// frames back before its coroutine is dropped, which unwinds that stack.
 impl Drop for Task {
     fn drop(&mut self) {
-        super::compaction::restore(self);
+        self.restore_compacted();
     }
 }
 

@@ -26,6 +26,10 @@ use crate::arch;
 /// together (a green thread's task record holds both).
 pub(crate) struct SavedFrames {
     words: Box<[usize]>,
+    /// Whether [`queue_release`](Self::queue_release) lifted the stack's guard region.
+    guard_lifted: bool,
+    /// Whether [`protect`](Self::protect) made the frames' pages fault (the checking mode).
+    protected: bool,
 }
 
 impl SavedFrames {
@@ -56,7 +60,11 @@ impl SavedFrames {
         // allocation of `len` words. The stack does not change during the copy (the caller's
         // contract).
         unsafe { arch::copy_words(low as *const usize, words.as_mut_ptr(), len) };
-        Some(SavedFrames { words })
+        Some(SavedFrames {
+            words,
+            guard_lifted: false,
+            protected: false,
+        })
     }
 
     /// Bytes the frames take on the heap (not counting the allocator's header).
@@ -64,12 +72,71 @@ impl SavedFrames {
         self.words.len() * 8
     }
 
-    /// Puts the frames back where [`save`](Self::save) found them on `stack`.
+    /// Queues the release of `stack`, whose frames these are, in `batch`; if `lift_guard` and
+    /// its guard is a guard region, its guard page and the markers there too: the page tables
+    /// that map a run of compacted neighbours are then empty, and the kernel frees them with
+    /// the release. [`restore`](Self::restore) puts the guard back first.
     ///
     /// # Safety
-    /// `stack` is the stack they were saved from, with nothing having run on it since, and
-    /// writable again (released or unprotected: [`unprotect_released`]).
+    /// As [`save`](Self::save): nothing runs on `stack` or touches it until the frames are
+    /// restored.
+    pub(crate) unsafe fn queue_release(
+        &mut self,
+        stack: &Stack,
+        batch: &mut ReleaseBatch,
+        lift_guard: bool,
+    ) {
+        let (start, end) = compacted_range(stack);
+        self.guard_lifted = lift_guard && stack.guard() == GuardKind::GuardRegion;
+        // SAFETY: the caller's contract: nothing lives on the stack or runs there until the
+        // frames come back (and the guard with them).
+        unsafe {
+            if self.guard_lifted {
+                let page = page_size();
+                batch.push_guard(start - page, page);
+                batch.push(start - page, end);
+            } else {
+                batch.push(start, end);
+            }
+        }
+    }
+
+    /// The checking mode: makes the pages that held these frames on `stack` fault (once the
+    /// stack is released), as a guard region where the kernel has them and `PROT_NONE`
+    /// otherwise, and registers them with the fault handler as green thread `owner`'s, so
+    /// that a stray access is reported by name instead of reading zeros.
+    ///
+    /// # Safety
+    /// As [`save`](Self::save).
+    pub(crate) unsafe fn protect(&mut self, stack: &Stack, owner: u64) {
+        // SAFETY: forwarded.
+        if unsafe { protect_released(stack, self) } {
+            let (start, end) = frame_pages(stack, self);
+            crate::overflow::register_compacted(start, end - start, owner);
+            self.protected = true;
+        }
+    }
+
+    /// Puts the frames back where [`save`](Self::save) found them on `stack`, after putting
+    /// back its guard (if [`queue_release`](Self::queue_release) lifted it) and lifting the
+    /// checking mode's protection (if [`protect`](Self::protect) set it).
+    ///
+    /// # Safety
+    /// `stack` is the stack they were saved from, with nothing having run on it since.
     pub(crate) unsafe fn restore(self, stack: &Stack) {
+        if self.guard_lifted {
+            reinstall_guard(stack);
+        }
+        if self.protected {
+            crate::overflow::unregister_guard(frame_pages(stack, &self).0);
+            if let Err(error) = unprotect_released(stack, &self) {
+                eprintln!(
+                    "greenweave (compaction checking mode): could not make a compacted \
+                     stack accessible again ({error}), aborting"
+                );
+                std::process::abort();
+            }
+        }
         let top = stack.top().as_ptr() as usize;
         let low = top - self.bytes();
         // SAFETY: `[low, top)` is the range the frames were saved from, on the same stack,
@@ -81,52 +148,15 @@ impl SavedFrames {
 
 /// The range a compacted stack gives back: its whole usable range, page aligned (the frames
 /// were saved, and nothing else lives on a parked stack).
-pub(crate) fn compacted_range(stack: &Stack) -> (usize, usize) {
+fn compacted_range(stack: &Stack) -> (usize, usize) {
     (stack.limit(), stack.top().as_ptr() as usize)
 }
 
-/// Queues a compacted stack's release in `batch`; if `lift_guard` and its guard is a guard
-/// region, its guard page and the markers there too: the page tables that map a run of
-/// compacted neighbours are then empty, and the kernel frees them with the release. Returns
-/// whether the guard was lifted (then [`reinstall_guard`] must put it back before anything
-/// runs on the stack).
-///
-/// # Safety
-/// The frames of `stack` are saved, and nothing runs on it or touches it until they are
-/// restored, after [`reinstall_guard`] if this returned `true`.
-pub(crate) unsafe fn queue_release(
-    stack: &Stack,
-    batch: &mut ReleaseBatch,
-    lift_guard: bool,
-) -> bool {
-    let (start, end) = compacted_range(stack);
-    let lift = lift_guard && guard_can_be_lifted(stack);
-    // SAFETY: the caller's contract: nothing lives on the stack or runs there until the frames
-    // come back (and the guard with them).
-    unsafe {
-        if lift {
-            let page = page_size();
-            batch.push_guard(start - page, page);
-            batch.push(start - page, end);
-        } else {
-            batch.push(start, end);
-        }
-    }
-    lift
-}
-
-/// Whether [`queue_release`] lifts `stack`'s guard when asked to: when it is a guard region
-/// (a `PROT_NONE` guard is a mapping of its own, and lifting it would merge and split
-/// mappings at every compaction).
-pub(crate) fn guard_can_be_lifted(stack: &Stack) -> bool {
-    stack.guard() == GuardKind::GuardRegion
-}
-
-/// Puts back the guard region that [`queue_release`] lifted, before anything runs on
+/// Puts back the guard region that [`SavedFrames::queue_release`] lifted, before anything runs on
 /// `stack` again. Falls back to `PROT_NONE` if the kernel refuses the markers (no memory for
 /// a page-table page); aborts, saying why, if it refuses that too: a stack without its guard
 /// would let an overflow write into its neighbour.
-pub(crate) fn reinstall_guard(stack: &Stack) {
+fn reinstall_guard(stack: &Stack) {
     let page = page_size();
     let guard = (stack.limit() - page) as *mut libc::c_void;
     // SAFETY: the guard page of this stack's own mapping, empty since its markers were
@@ -149,7 +179,7 @@ pub(crate) fn reinstall_guard(stack: &Stack) {
 /// The pages that held the frames `saved` of `stack`: what the checking mode protects, where
 /// anything that holds a pointer into the parked green thread's live data would touch. (The
 /// rest of the stack is dead memory, released all the same.)
-pub(crate) fn frame_pages(stack: &Stack, saved: &SavedFrames) -> (usize, usize) {
+fn frame_pages(stack: &Stack, saved: &SavedFrames) -> (usize, usize) {
     let top = stack.top().as_ptr() as usize;
     let start = (top - saved.bytes()) & !(super::page_size() - 1);
     (start, top)
@@ -162,8 +192,7 @@ pub(crate) fn frame_pages(stack: &Stack, saved: &SavedFrames) -> (usize, usize) 
 ///
 /// # Safety
 /// As [`SavedFrames::save`]: nothing may touch the range until [`unprotect_released`].
-#[cfg_attr(not(greenweave_compact_check), allow(dead_code))]
-pub(crate) unsafe fn protect_released(stack: &Stack, saved: &SavedFrames) -> bool {
+unsafe fn protect_released(stack: &Stack, saved: &SavedFrames) -> bool {
     let (start, end) = frame_pages(stack, saved);
     let advice = match guard_kind() {
         GuardKind::GuardRegion => MADV_GUARD_INSTALL,
@@ -186,7 +215,7 @@ pub(crate) unsafe fn protect_released(stack: &Stack, saved: &SavedFrames) -> boo
 ///
 /// # Errors
 /// The kernel's, if it refuses (no memory to split a mapping under `PROT_NONE`).
-pub(crate) fn unprotect_released(stack: &Stack, saved: &SavedFrames) -> io::Result<()> {
+fn unprotect_released(stack: &Stack, saved: &SavedFrames) -> io::Result<()> {
     let (start, end) = frame_pages(stack, saved);
     // SAFETY: the range is the stack's own usable range, protected by `protect_released`;
     // lifting the protection makes no memory visible that was not the stack's.
