@@ -519,6 +519,15 @@ fn park_and_measure(options: &Options, guard: &str) -> Result<(), String> {
             metrics.stack_compaction_count(),
             metrics.stack_restoration_count()
         );
+        if metrics.stack_restoration_count() > 0 {
+            // Nothing has woken a parked green thread since the first sample (which restored
+            // none), and the main green thread's sleeps are the only timed parks here.
+            println!(
+                "({} restorations before any compacted green thread was woken: the main green \
+                 thread, compacted in its 10 ms sleeps and restored when each ended)",
+                metrics.stack_restoration_count()
+            );
+        }
         for (name, base, was, now) in [
             ("VmRSS:  ", before.rss, during.rss, after.rss),
             ("RssAnon:", before.anon, during.anon, after.anon),
@@ -667,14 +676,23 @@ fn finish_early(
     message
 }
 
-/// Sleeps (short green sleeps) until the runtime has compacted `count` green threads; gives
-/// up, explaining, if the count stands still for [`COMPACTION_STALL`].
+/// Green threads compacted now: compactions less restorations (each restoration undoes one;
+/// nothing here drops a compacted green thread). Not the compaction count alone: the main
+/// green thread's short sleeps may be compacted and restored too, each adding one of each.
+fn compacted_now() -> u64 {
+    let metrics = greenweave::runtime::metrics();
+    metrics.stack_compaction_count() - metrics.stack_restoration_count()
+}
+
+/// Sleeps (short green sleeps) until `count` green threads are compacted at once (the main
+/// green thread, which is running, is not one of them); gives up, explaining, if the number
+/// stands still for [`COMPACTION_STALL`].
 fn wait_for_compaction(count: usize, all_parked: Instant) -> Result<(), String> {
-    let mut last = greenweave::runtime::metrics().stack_compaction_count();
+    let mut last = compacted_now();
     let mut last_progress = Instant::now();
     while last < count as u64 {
         greenweave::thread::sleep(Duration::from_millis(10));
-        let now = greenweave::runtime::metrics().stack_compaction_count();
+        let now = compacted_now();
         if now != last {
             (last, last_progress) = (now, Instant::now());
         } else if last_progress.elapsed() >= COMPACTION_STALL {
