@@ -4,6 +4,7 @@ section of BENCHMARKS.md.
 
     python3 benches/scale_compare.py                 # 100,000 x5, 1,000,000 x3, yield table x5
     python3 benches/scale_compare.py --quick         # 10,000 x3 and a short yield table
+    python3 benches/scale_compare.py --compact       # greenweave's runs with --compact too
 
 Builds examples/parked_memory and examples/yield_table in release and, when `go` is on the
 PATH (Debian: apt-get install golang-go), benches/go/scale.go into target/scale_go. Then, for
@@ -18,7 +19,15 @@ every run and a markdown table of the medians:
   and 1,025 straddle the scheduler's prefetch threshold, 32 and 33 its old one): ns per yield
   (greenweave: yield_table; Go: runtime.Gosched).
 
+With `--compact`, greenweave's spawn-and-park runs pass `--compact` to parked_memory (its
+runtime compacts green threads parked for 1 s, and they wait in `thread::park()`), and the
+table gains the resident memory per green thread once all are compacted (the spawn+park and
+parked columns then come from that variant too). Each such run waits
+for every green thread to be compacted: at 1,000,000 that takes minutes (the sweep compacts 256
+green threads at a time and visits every task each time).
+
 Without `go` the Go columns say "no go" and the script still runs greenweave's side.
+The examples are run from `$CARGO_TARGET_DIR` when it is set, else from `target/`.
 Times on a shared machine drift; compare the columns of one run, not runs of different days.
 """
 
@@ -31,6 +40,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TARGET = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
 
 
 def run(cmd, env=None):
@@ -55,11 +65,17 @@ def build(go):
     return binary
 
 
-def ours_spawn_park(count):
-    text = run(["target/release/examples/parked_memory", "--count", str(count)])
+def ours_spawn_park(count, compact):
+    """ns per spawn and park, VmRSS per parked green thread, and with `compact` VmRSS per
+    green thread once all are compacted (else None)."""
+    args = [os.path.join(TARGET, "release/examples/parked_memory"), "--count", str(count)]
+    text = run(args + (["--compact"] if compact else []))
     ns = float(re.search(r"\(([\d.]+) ns per green thread\)", text).group(1))
     rss = float(re.search(r"VmRSS:.*?\+[\d.]+ MiB, (\d+) bytes", text).group(1))
-    return ns, rss
+    compacted = None
+    if compact:
+        compacted = float(re.search(r"VmRSS:.*compacted: \d+ -> (\d+) bytes", text).group(1))
+    return ns, rss, compacted
 
 
 def go_spawn_park(binary, count):
@@ -70,8 +86,8 @@ def go_spawn_park(binary, count):
 
 
 def ours_yield(count, yields):
-    args = ["target/release/examples/yield_table", "--counts", str(count), "--yields",
-            str(yields), "--repeat", "1"]
+    args = [os.path.join(TARGET, "release/examples/yield_table"), "--counts", str(count),
+            "--yields", str(yields), "--repeat", "1"]
     text = run(args)
     return float(re.search(r"^\| \d+ \| ([\d.]+) \|", text, re.M).group(1))
 
@@ -97,6 +113,8 @@ def ratio(ours, theirs):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small counts, for a look")
+    parser.add_argument("--compact", action="store_true",
+                        help="run parked_memory with --compact: memory once compacted too")
     args = parser.parse_args()
 
     go = shutil.which("go")
@@ -119,8 +137,9 @@ def main():
     for count, repeats in spawn_counts:
         ours, theirs = [], []
         for _ in range(repeats):
-            ours.append(ours_spawn_park(count))
-            print(f"spawn-park {count}: greenweave {ours[-1][0]:.0f} ns, {ours[-1][1]:.0f} B")
+            ours.append(ours_spawn_park(count, args.compact))
+            print(f"spawn-park {count}: greenweave {ours[-1][0]:.0f} ns, {ours[-1][1]:.0f} B"
+                  + (f", {ours[-1][2]:.0f} B compacted" if args.compact else ""))
             if binary:
                 theirs.append(go_spawn_park(binary, count))
                 print(f"spawn-park {count}: go         {theirs[-1][0]:.0f} ns, "
@@ -140,16 +159,22 @@ def main():
 
     load = os.getloadavg()
     print(f"\nload average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f} at the end\n")
+    compacted_header = (" RSS per parked, greenweave compacted | ratio to Go |"
+                        if args.compact else "")
     print("| green threads | runs | spawn+park, greenweave | spawn+park, Go | ratio "
-          "| RSS per parked, greenweave | RSS per parked, Go | ratio |")
-    print("|---|---|---|---|---|---|---|---|")
+          "| RSS per parked, greenweave | RSS per parked, Go | ratio |" + compacted_header)
+    print("|---|---|---|---|---|---|---|---|" + ("---|---|" if args.compact else ""))
     for count, repeats, ours, theirs in spawn_rows:
         ns = median([o[0] for o in ours])
         rss = median([o[1] for o in ours])
         go_ns = median([t[0] for t in theirs]) if theirs else None
         go_rss = median([t[1] for t in theirs]) if theirs else None
+        compacted_cells = ""
+        if args.compact:
+            compacted = median([o[2] for o in ours])
+            compacted_cells = f" {compacted:,.0f} B | {ratio(compacted, go_rss)} |"
         print(f"| {count:,} | {repeats} | {ns:,.0f} ns | {fmt(go_ns)} ns | {ratio(ns, go_ns)} "
-              f"| {rss:,.0f} B | {fmt(go_rss)} B | {ratio(rss, go_rss)} |")
+              f"| {rss:,.0f} B | {fmt(go_rss)} B | {ratio(rss, go_rss)} |" + compacted_cells)
     print()
     print("| runnable | ns per yield, greenweave | Go (Gosched) | ratio |")
     print("|---|---|---|---|")
