@@ -786,8 +786,9 @@ impl RuntimeMetrics {
         self.sum(|worker| worker.stack_compactions.get())
     }
 
-    /// How many compacted green threads had their frames put back on their stack: at their
-    /// wake-up, or before a dump with backtraces walked them.
+    /// How many compacted green threads had their frames put back on their stack to run again
+    /// (after their wake-up, before their first instruction). A dump with backtraces puts
+    /// them back too, to walk them; those are not counted.
     ///
     /// ```
     /// let metrics = greenweave::run(greenweave::runtime::metrics);
