@@ -142,9 +142,19 @@ pub(crate) fn check_at_park(task: &Task, metrics: &super::metrics::WorkerMetrics
     if !may_compact(task) {
         return;
     }
+    // What the stack holds, which the compaction gives back: a release too, for the metrics.
+    let resident = task
+        .coroutine
+        .try_borrow()
+        .ok()
+        .and_then(|coroutine| {
+            let stack = coroutine.as_ref()?.stack();
+            crate::stack::usage::residency(stack, stack.limit(), &mut Vec::new()).ok()
+        })
+        .map_or(0, |residency| residency.resident);
     let mut batch = ReleaseBatch::default();
     if compact_and_protect(task, &mut batch, true).is_some() {
         batch.release();
-        metrics.stack_compacted();
+        metrics.stack_compacted(resident as u64);
     }
 }

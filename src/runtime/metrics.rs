@@ -232,10 +232,15 @@ impl WorkerMetrics {
         }
     }
 
-    /// One green thread compacted at its park (the checking mode of `runtime::compaction`).
+    /// One green thread compacted at its park (the checking mode of `runtime::compaction`),
+    /// whose stack gave back `released` bytes: a release too.
     #[cfg_attr(not(greenweave_compact_check), allow(dead_code))]
-    pub(crate) fn stack_compacted(&self) {
+    pub(crate) fn stack_compacted(&self, released: u64) {
         self.stack_compactions.add(1);
+        if released > 0 {
+            self.stack_releases.add(1);
+            self.stack_bytes_released.add(released);
+        }
     }
 
     /// One compacted green thread's frames put back on its stack (`runtime::compaction`).
@@ -697,7 +702,10 @@ impl RuntimeMetrics {
     /// How many times a long-parked green thread's stack gave back the pages below its stack
     /// pointer (its high-water pages): at most once per park, for a green thread parked for
     /// [`Builder::stack_release`](super::Builder::stack_release)'s threshold (1 s by default)
-    /// whose stack held pages there. See [`stack_bytes_released`](Self::stack_bytes_released).
+    /// whose stack held pages there. A compaction
+    /// ([`Builder::compact_parked_stacks`](super::Builder::compact_parked_stacks)), which gives
+    /// back the whole stack, counts as one too. See
+    /// [`stack_bytes_released`](Self::stack_bytes_released).
     ///
     /// ```
     /// use std::time::Duration;

@@ -337,7 +337,10 @@ impl StackSweep {
                 if let Some(frames) = super::compaction::compact(task, batch) {
                     result.compactions += 1;
                     round.compacted += frames as u64;
-                    result.released += resident as u64;
+                    if resident > 0 {
+                        result.releases += 1;
+                        result.released += resident as u64;
+                    }
                     watch.held.set(0);
                     return true;
                 }
