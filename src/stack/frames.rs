@@ -87,6 +87,7 @@ impl SavedFrames {
         lift_guard: bool,
     ) {
         let (start, end) = compacted_range(stack);
+        super::valgrind::forbid(start, end);
         self.guard_lifted = lift_guard && stack.guard() == GuardKind::GuardRegion;
         // SAFETY: the caller's contract: nothing lives on the stack or runs there until the
         // frames come back (and the guard with them).
@@ -137,7 +138,8 @@ impl SavedFrames {
                 std::process::abort();
             }
         }
-        let top = stack.top().as_ptr() as usize;
+        let (start, top) = compacted_range(stack);
+        super::valgrind::allow(start, top);
         let low = top - self.bytes();
         // SAFETY: `[low, top)` is the range the frames were saved from, on the same stack,
         // mapped read-write; nothing runs on it (the caller's contract). A write to a released

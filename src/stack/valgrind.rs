@@ -23,6 +23,11 @@ const STACK_REGISTER: usize = 0x1501;
 /// `VG_USERREQ__STACK_DEREGISTER` from valgrind.h.
 const STACK_DEREGISTER: usize = 0x1502;
 
+/// `VG_USERREQ__MAKE_MEM_NOACCESS` from memcheck.h (`VG_USERREQ_TOOL_BASE('M', 'C')`).
+const MAKE_MEM_NOACCESS: usize = 0x4d43_0000;
+/// `VG_USERREQ__MAKE_MEM_UNDEFINED` from memcheck.h.
+const MAKE_MEM_UNDEFINED: usize = 0x4d43_0001;
+
 /// Valgrind's id of every registered stack, by the stack's lowest usable address.
 static IDS: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
 
@@ -46,6 +51,23 @@ pub(super) fn deregister_stack(low: usize) {
     }
     if let Some(id) = ids().remove(&low) {
         client_request(0, [STACK_DEREGISTER, id, 0, 0, 0, 0]);
+    }
+}
+
+/// Tells Memcheck that nothing may read or write `[low, high)` (a compacted stack, whose
+/// frames are on the heap): a stray access is then reported, where natively it would read the
+/// zeros of a released page. Does nothing natively.
+pub(super) fn forbid(low: usize, high: usize) {
+    if ANY_REGISTERED.load(Ordering::Acquire) {
+        client_request(0, [MAKE_MEM_NOACCESS, low, high - low, 0, 0, 0]);
+    }
+}
+
+/// Undoes [`forbid`]: `[low, high)` is addressable again, its contents undefined until
+/// written (the restored frames bring their own definedness with the copy).
+pub(super) fn allow(low: usize, high: usize) {
+    if ANY_REGISTERED.load(Ordering::Acquire) {
+        client_request(0, [MAKE_MEM_UNDEFINED, low, high - low, 0, 0, 0]);
     }
 }
 
