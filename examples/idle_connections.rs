@@ -1,11 +1,14 @@
 //! An echo server holding idle keep-alive connections after one deep request each: memory per
 //! connection right after the requests and once the long-park sweep has released the deep
-//! stack pages (issue 32, item 3), in user space and, apart, the kernel's socket memory.
+//! stack pages (issue 32, item 3), or, with `--compact`, once the sweep has compacted the
+//! parked handlers (issue 32, item 5), in user space and, apart, the kernel's socket memory.
 //!
 //! ```sh
 //! cargo run --release --example idle_connections                   # 10,000 connections
 //! cargo run --release --example idle_connections -- --count 1000
 //! cargo run --release --example idle_connections -- --quick         # 100, for CI
+//! cargo run --release --example idle_connections -- --compact       # compaction on
+//! cargo run --release --example idle_connections -- --compact --quick
 //! ```
 //!
 //! The server runs one green thread per connection on one worker. Its clients run on a plain
@@ -19,6 +22,18 @@
 //! `/proc/net/sockstat`'s TCP `mem` (pages of socket buffers) and, where readable (root),
 //! `/proc/slabinfo` (the socket objects), both for the whole machine: both ends of each
 //! loopback connection, and anything else running.
+//!
+//! `--compact` builds the server's runtime with `Builder::compact_parked_stacks` (same
+//! threshold): the sweep then compacts each parked handler (its live frames, about 1.3 KiB
+//! here, copied to the heap, its whole stack given back) instead of releasing the pages below
+//! its stack pointer, so there is no separate release reading; the third reading comes once
+//! every connection's green thread is compacted (compactions less restorations reach the
+//! connection count; the example gives up with an error if that count stands still for
+//! `STALL_LIMIT`), and adds the frames kept on the heap (`compacted_stack_bytes`). Run without
+//! `--compact` for the release figures to compare with.
+//!
+//! Before the connections close, every client sends a second, shallow request and checks its
+//! echo: the released (or compacted, then restored) handlers still answer.
 
 use std::cell::Cell;
 use std::io::{Read, Write};
@@ -35,39 +50,112 @@ const DEFAULT_COUNT: usize = 10_000;
 const DEEP_BYTES: usize = 128 * 1024;
 const RELEASE_AFTER: Duration = Duration::from_secs(5);
 
+/// With `--compact`: how long the count of compacted green threads may stand still before the
+/// example gives up.
+const STALL_LIMIT: Duration = Duration::from_secs(30);
+
+/// The first request on each connection: its handler goes [`DEEP_BYTES`] deep.
+const DEEP_REQUEST: u8 = b'D';
+/// The second, before the connection closes: answered without going deep.
+const SHALLOW_REQUEST: u8 = b's';
+
+const USAGE: &str = "usage: idle_connections [--count N | --quick] [--compact]
+
+  --count N   connections (default 10000)
+  --quick     100 connections, release threshold 1 s (for CI)
+  --compact   compact the parked handlers instead of releasing their deep pages";
+
+/// What the server measures: how many connections, after how long parked their stacks are
+/// released (or compacted), and whether they are compacted.
+struct Settings {
+    count: usize,
+    release_after: Duration,
+    compact: bool,
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.as_slice() {
-        [flag, addr, count] if flag == "--client" => client_process(addr, count),
-        [] => server(DEFAULT_COUNT, RELEASE_AFTER),
-        [flag] if flag == "--quick" => server(100, Duration::from_secs(1)),
-        [flag, count] if flag == "--count" => match count.replace('_', "").parse() {
-            Ok(count) if count > 0 => server(count, RELEASE_AFTER),
-            _ => usage(),
-        },
-        _ => usage(),
+    if let [flag, addr, count] = args.as_slice()
+        && flag == "--client"
+    {
+        return client_process(addr, count);
+    }
+    match parse(&args) {
+        Some(settings) => server(settings),
+        None => usage(),
     }
 }
 
+fn parse(args: &[String]) -> Option<Settings> {
+    let mut settings = Settings {
+        count: DEFAULT_COUNT,
+        release_after: RELEASE_AFTER,
+        compact: false,
+    };
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--quick" => {
+                settings.count = 100;
+                settings.release_after = Duration::from_secs(1);
+            }
+            "--count" => match args.next()?.replace('_', "").parse() {
+                Ok(count) if count > 0 => settings.count = count,
+                _ => return None,
+            },
+            "--compact" => settings.compact = true,
+            _ => return None,
+        }
+    }
+    Some(settings)
+}
+
 fn usage() -> ExitCode {
-    eprintln!("usage: idle_connections [--count N | --quick]   (N connections, default 10000)");
+    eprintln!("{USAGE}");
     ExitCode::from(2)
 }
 
-/// The clients: `count` connections to `addr`, one request and its answer each; says so on
-/// `connected`, then holds them open until `stop` says (or its sender goes).
-fn client(addr: std::net::SocketAddr, count: usize, connected: impl FnOnce(), stop: impl FnOnce()) {
+/// The clients: `count` connections to `addr`, one deep request and its answer each; says so
+/// on `connected`, then holds them open until `stop` says (or its sender goes); then sends a
+/// second, shallow request on each and checks its echo before closing them all.
+fn client(
+    addr: std::net::SocketAddr,
+    count: usize,
+    connected: impl FnOnce(),
+    stop: impl FnOnce(),
+) -> Result<(), String> {
     let mut streams = Vec::with_capacity(count);
     for _ in 0..count {
         let mut stream = std::net::TcpStream::connect(addr).expect("connect");
-        stream.write_all(b"D").expect("request");
-        let mut answer = [0u8; 1];
-        stream.read_exact(&mut answer).expect("answer");
-        assert_eq!(&answer, b"D");
+        echo(&mut stream, DEEP_REQUEST).map_err(|error| format!("first request: {error}"))?;
         streams.push(stream);
     }
     connected();
     stop();
+    for (number, stream) in streams.iter_mut().enumerate() {
+        echo(stream, SHALLOW_REQUEST).map_err(|error| {
+            format!("connection {number} of {count}, second request after the idle time: {error}")
+        })?;
+    }
+    Ok(())
+}
+
+/// Sends `request` on `stream` and checks that the same byte comes back.
+fn echo(stream: &mut std::net::TcpStream, request: u8) -> Result<(), String> {
+    stream
+        .write_all(&[request])
+        .map_err(|error| format!("sending: {error}"))?;
+    let mut answer = [0u8; 1];
+    stream
+        .read_exact(&mut answer)
+        .map_err(|error| format!("reading the echo: {error}"))?;
+    if answer[0] != request {
+        return Err(format!(
+            "sent {:?}, echoed {:?}",
+            request as char, answer[0] as char
+        ));
+    }
+    Ok(())
 }
 
 /// `--client ADDR COUNT`: [`client`] in a process of its own (for more connections than one
@@ -78,7 +166,7 @@ fn client_process(addr: &str, count: &str) -> ExitCode {
     let (Ok(addr), Ok(count)) = (addr.parse(), count.parse()) else {
         return usage();
     };
-    client(
+    let checked = client(
         addr,
         count,
         || println!("connected"),
@@ -86,13 +174,22 @@ fn client_process(addr: &str, count: &str) -> ExitCode {
             let _ = std::io::stdin().read_to_end(&mut Vec::new());
         },
     );
-    ExitCode::SUCCESS
+    match checked {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("idle_connections --client: {message}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 /// Where the clients run: a thread of this process, or (when both ends of every connection
 /// would not fit under the open-file limit) a child process.
 enum Clients {
-    Thread(std::thread::JoinHandle<()>, std::sync::mpsc::Sender<()>),
+    Thread(
+        std::thread::JoinHandle<Result<(), String>>,
+        std::sync::mpsc::Sender<()>,
+    ),
     Process(std::process::Child),
 }
 
@@ -134,16 +231,23 @@ impl Clients {
         Clients::Process(child)
     }
 
-    /// Closes every client connection.
-    fn stop(self) {
+    /// Has every client send its second request and check the echo, then close its
+    /// connection; says which failed.
+    fn stop(self) -> Result<(), String> {
         match self {
             Clients::Thread(thread, stop) => {
                 drop(stop);
-                greenweave::unblock(move || thread.join()).expect("the clients' thread");
+                greenweave::unblock(move || thread.join()).expect("the clients' thread")
             }
             Clients::Process(mut child) => {
                 drop(child.stdin.take());
-                let _ = greenweave::unblock(move || child.wait());
+                match greenweave::unblock(move || child.wait()) {
+                    Ok(status) if status.success() => Ok(()),
+                    Ok(status) => Err(format!(
+                        "the clients' process failed ({status}); its stderr says why"
+                    )),
+                    Err(error) => Err(format!("waiting for the clients' process: {error}")),
+                }
             }
         }
     }
@@ -159,12 +263,14 @@ fn go_deep(bytes: usize) {
     }
 }
 
-/// One connection: each request byte is answered after a deep call; then it waits (parked)
-/// for the next.
+/// One connection: each request byte is echoed, a [`DEEP_REQUEST`] after a deep call; then it
+/// waits (parked) for the next.
 fn serve(mut stream: TcpStream, answered: Rc<Cell<usize>>) {
     let mut request = [0u8; 1];
     while let Ok(1) = stream.read(&mut request) {
-        go_deep(DEEP_BYTES);
+        if request[0] == DEEP_REQUEST {
+            go_deep(DEEP_BYTES);
+        }
         if stream.write_all(&request).is_err() {
             return;
         }
@@ -255,17 +361,115 @@ fn make_room_for(fds: u64) -> Result<(), String> {
     ))
 }
 
-fn server(count: usize, release_after: Duration) -> ExitCode {
+/// Green threads compacted now: compactions less restorations.
+fn compacted_now() -> u64 {
+    let metrics = greenweave::runtime::metrics();
+    metrics.stack_compaction_count() - metrics.stack_restoration_count()
+}
+
+/// Sleeps until `count` green threads are compacted at once; gives up if that count stands
+/// still for [`STALL_LIMIT`] once `release_after` has passed.
+fn wait_for_compaction(count: usize, release_after: Duration) -> Result<(), String> {
+    let mut last = (compacted_now(), Instant::now() + release_after);
+    while compacted_now() < count as u64 {
+        greenweave::thread::sleep(Duration::from_millis(10));
+        let now = compacted_now();
+        if now != last.0 {
+            last = (now, Instant::now());
+        } else if last.1.elapsed() > STALL_LIMIT {
+            return Err(format!(
+                "only {now} of {count} idle connections' green threads are compacted, and none \
+                 more for {} s after the {} s threshold; is a handler parked in a wait that is \
+                 never compacted (see Builder::compact_parked_stacks)?",
+                STALL_LIMIT.as_secs(),
+                release_after.as_secs_f64()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Prints the readings: `before` the connections, `deep` after their requests, and `idle`
+/// once the sweep has released (or, if `compact`, compacted) every handler's stack,
+/// `waited` after `deep`.
+fn report(count: usize, readings: [Reading; 3], waited: Duration, compact: bool) {
+    let [before, deep, idle] = readings;
+    let per = |bytes: usize| bytes as f64 / count as f64;
+    let after = if compact {
+        "after compaction"
+    } else {
+        "after the sweep"
+    };
+    let metrics = greenweave::runtime::metrics();
+    println!("{count} idle keep-alive connections, each after one request that went 128 KiB deep");
+    if compact {
+        println!(
+            "compaction on: every handler's stack compacted instead of released (same threshold)"
+        );
+    }
+    println!(
+        "user space, RssAnon: {:.0} bytes per connection after the requests, {:.0} {after} \
+         ({:.2} s later)",
+        per(deep.anon.saturating_sub(before.anon)),
+        per(idle.anon.saturating_sub(before.anon)),
+        waited.as_secs_f64()
+    );
+    println!(
+        "page tables, VmPTE: {:.0} bytes per connection after the requests, {:.0} after",
+        per(deep.page_tables.saturating_sub(before.page_tables)),
+        per(idle.page_tables.saturating_sub(before.page_tables))
+    );
+    println!(
+        "kernel socket buffers (/proc/net/sockstat TCP mem, whole machine, both ends of each \
+         loopback connection): {:.0} bytes per connection after the requests, {:.0} after",
+        per(deep.tcp_pages.saturating_sub(before.tcp_pages) * 4096),
+        per(idle.tcp_pages.saturating_sub(before.tcp_pages) * 4096)
+    );
+    if let (Some(was), Some(parked)) = (before.socket_slabs, deep.socket_slabs) {
+        println!(
+            "kernel socket objects ({} slabs, /proc/slabinfo, whole machine, both ends of \
+             each loopback connection): {:.0} bytes per connection",
+            SOCKET_SLABS.join(", "),
+            per(parked.saturating_sub(was))
+        );
+    }
+    if compact {
+        println!(
+            "compactions: {}, restorations: {}, frames on the heap (compacted_stack_bytes): \
+             {:.0} bytes per connection (part of RssAnon above)",
+            metrics.stack_compaction_count(),
+            metrics.stack_restoration_count(),
+            per(metrics.compacted_stack_bytes() as usize)
+        );
+    }
+    println!(
+        "releases: {}, bytes released: {}, long-parked stacks hold {:.0} bytes per connection",
+        metrics.stack_release_count(),
+        metrics.stack_bytes_released(),
+        per(metrics.long_parked_stack_bytes() as usize)
+    );
+}
+
+fn server(settings: Settings) -> ExitCode {
+    let Settings {
+        count,
+        release_after,
+        compact,
+    } = settings;
     // Both ends in this process if they fit, else the clients in a child process.
     let in_process = make_room_for(2 * count as u64 + 256).is_ok();
     if let Err(message) = make_room_for(count as u64 + 256) {
         eprintln!("{message}");
         return ExitCode::from(2);
     }
-    let runtime = greenweave::Runtime::builder()
-        .stack_release(Some(release_after))
-        .build()
-        .expect("runtime");
+    let mut builder = greenweave::Runtime::builder().stack_release(Some(release_after));
+    if compact {
+        // SAFETY: no green thread of this runtime lends its stack to another OS thread: the
+        // clients' thread and the `unblock` helpers are given only owned values (an address,
+        // a count, channel ends, the child's pipe and handle).
+        builder = unsafe { builder.compact_parked_stacks() };
+    }
+    let runtime = builder.build().expect("runtime");
     runtime.run(move || {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("local address");
@@ -284,48 +488,38 @@ fn server(count: usize, release_after: Duration) -> ExitCode {
         assert_eq!(answered.get(), count);
         let deep = read_memory();
         let waited = Instant::now();
-        while greenweave::runtime::metrics().stack_release_count() < count as u64 {
-            greenweave::thread::sleep(Duration::from_millis(10));
+        if compact {
+            if let Err(message) = wait_for_compaction(count, release_after) {
+                eprintln!("idle_connections: {message}");
+                return ExitCode::FAILURE;
+            }
+        } else {
+            while greenweave::runtime::metrics().stack_release_count() < count as u64 {
+                greenweave::thread::sleep(Duration::from_millis(10));
+            }
         }
-        let released = read_memory();
-        let per = |bytes: usize| bytes as f64 / count as f64;
-        println!(
-            "{count} idle keep-alive connections, each after one request that went 128 KiB deep"
-        );
-        println!(
-            "user space, RssAnon: {:.0} bytes per connection after the requests, {:.0} after the \
-             sweep ({:.2} s later)",
-            per(deep.anon.saturating_sub(before.anon)),
-            per(released.anon.saturating_sub(before.anon)),
-            waited.elapsed().as_secs_f64()
-        );
-        println!(
-            "page tables, VmPTE: {:.0} bytes per connection after the requests, {:.0} after",
-            per(deep.page_tables.saturating_sub(before.page_tables)),
-            per(released.page_tables.saturating_sub(before.page_tables))
-        );
-        println!(
-            "kernel socket buffers (/proc/net/sockstat TCP mem, whole machine, both ends of each \
-             loopback connection): {:.0} bytes per connection after the requests, {:.0} after",
-            per(deep.tcp_pages.saturating_sub(before.tcp_pages) * 4096),
-            per(released.tcp_pages.saturating_sub(before.tcp_pages) * 4096)
-        );
-        if let (Some(was), Some(parked)) = (before.socket_slabs, deep.socket_slabs) {
+        let idle = read_memory();
+        report(count, [before, deep, idle], waited.elapsed(), compact);
+        let restored_before = greenweave::runtime::metrics().stack_restoration_count();
+        if let Err(message) = clients.stop() {
+            eprintln!("idle_connections: {message}");
+            return ExitCode::FAILURE;
+        }
+        if compact {
+            let restored =
+                greenweave::runtime::metrics().stack_restoration_count() - restored_before;
+            if restored < count as u64 {
+                eprintln!(
+                    "idle_connections: the {count} connections answered their second request, \
+                     but only {restored} compacted green threads were restored meanwhile"
+                );
+                return ExitCode::FAILURE;
+            }
             println!(
-                "kernel socket objects ({} slabs, /proc/slabinfo, whole machine, both ends of \
-                 each loopback connection): {:.0} bytes per connection",
-                SOCKET_SLABS.join(", "),
-                per(parked.saturating_sub(was))
+                "after compaction every connection echoed a second request ({restored} \
+                 restorations)"
             );
         }
-        let metrics = greenweave::runtime::metrics();
-        println!(
-            "releases: {}, bytes released: {}, long-parked stacks hold {:.0} bytes per connection",
-            metrics.stack_release_count(),
-            metrics.stack_bytes_released(),
-            per(metrics.long_parked_stack_bytes() as usize)
-        );
-        clients.stop();
-    });
-    ExitCode::SUCCESS
+        ExitCode::SUCCESS
+    })
 }
