@@ -331,7 +331,13 @@ fn report_compacted_touch_and_abort(address: usize, owner: usize) -> ! {
           \"Who may touch a parked stack\")\n",
     );
     message.push(b"fatal runtime error: compacted stack touched, aborting\n");
-    // SAFETY: as in `report_overflow_and_abort`.
+    write_and_abort(&message)
+}
+
+/// Writes `message` to stderr and aborts. Async-signal-safe.
+fn write_and_abort(message: &MessageBuffer) -> ! {
+    // SAFETY: write(2) and abort(3) are async-signal-safe (and libc's `write` was resolved at
+    // load time, with the hooks on); the buffer is valid for its length.
     unsafe {
         crate::sys::real::write(
             libc::STDERR_FILENO,
@@ -372,16 +378,7 @@ fn report_overflow_and_abort(stack_bytes: usize) -> ! {
     message.push(b" KiB)\n");
     message.push(STACK_SIZE_HELP);
     message.push(b"\nfatal runtime error: stack overflow in a greenweave coroutine, aborting\n");
-    // SAFETY: write(2) and abort(3) are async-signal-safe (and libc's `write` was resolved at
-    // load time, with the hooks on); the buffer is valid for its length.
-    unsafe {
-        crate::sys::real::write(
-            libc::STDERR_FILENO,
-            message.bytes.as_ptr().cast(),
-            message.len,
-        );
-        libc::abort()
-    }
+    write_and_abort(&message)
 }
 
 /// The overflow report's advice. The handler cannot tell which kind of stack overflowed (a

@@ -316,18 +316,7 @@ fn a_stray_read_of_a_compacted_stack_reads_zeros_or_is_reported_by_name() {
         });
     });
     if cfg!(greenweave_compact_check) {
-        assert_eq!(
-            outcome.signal(),
-            Some(libc::SIGABRT),
-            "{}",
-            outcome.describe()
-        );
-        assert!(
-            outcome.stderr.contains("green thread 'stray reader'")
-                && outcome.stderr.contains("compacted"),
-            "{}",
-            outcome.describe()
-        );
+        assert_aborted_saying(&outcome, &["green thread 'stray reader'", "compacted"]);
     } else {
         assert!(outcome.status.success(), "{}", outcome.describe());
         // Under AddressSanitizer the local lives on its fake stack, which is not compacted.
@@ -339,6 +328,23 @@ fn a_stray_read_of_a_compacted_stack_reads_zeros_or_is_reported_by_name() {
         assert!(
             expected.iter().any(|line| outcome.stdout.contains(line)),
             "{}",
+            outcome.describe()
+        );
+    }
+}
+
+/// Checks that a child ended by `abort` after writing each of `lines` to stderr.
+fn assert_aborted_saying(outcome: &common::ChildOutcome, lines: &[&str]) {
+    assert_eq!(
+        outcome.signal(),
+        Some(libc::SIGABRT),
+        "{}",
+        outcome.describe()
+    );
+    for line in lines {
+        assert!(
+            outcome.stderr.contains(line),
+            "{line:?}: {}",
             outcome.describe()
         );
     }
@@ -427,19 +433,12 @@ fn a_compacted_green_thread_that_overflows_after_waking_hits_its_guard() {
             end_child_now();
         });
     });
-    assert_eq!(
-        outcome.signal(),
-        Some(libc::SIGABRT),
-        "{}",
-        outcome.describe()
-    );
-    assert!(
-        outcome
-            .stderr
-            .contains("green thread 'overflows after its wake-up'")
-            && outcome.stderr.contains("has overflowed its stack"),
-        "{}",
-        outcome.describe()
+    assert_aborted_saying(
+        &outcome,
+        &[
+            "green thread 'overflows after its wake-up'",
+            "has overflowed its stack",
+        ],
     );
 }
 
