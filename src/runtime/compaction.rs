@@ -155,6 +155,7 @@ pub(crate) fn check_at_park(task: &Task, metrics: &super::metrics::WorkerMetrics
     let mut batch = ReleaseBatch::default();
     if compact_and_protect(task, &mut batch, true).is_some() {
         batch.release();
-        metrics.stack_compacted(resident as u64);
+        metrics.stack_compacted();
+        task.stack_watch.released_at_park(resident);
     }
 }

@@ -232,15 +232,11 @@ impl WorkerMetrics {
         }
     }
 
-    /// One green thread compacted at its park (the checking mode of `runtime::compaction`),
-    /// whose stack gave back `released` bytes: a release too.
+    /// One green thread compacted at its park (the checking mode of `runtime::compaction`;
+    /// the release it makes is counted by the sweep, if the runtime sweeps).
     #[cfg_attr(not(greenweave_compact_check), allow(dead_code))]
-    pub(crate) fn stack_compacted(&self, released: u64) {
+    pub(crate) fn stack_compacted(&self) {
         self.stack_compactions.add(1);
-        if released > 0 {
-            self.stack_releases.add(1);
-            self.stack_bytes_released.add(released);
-        }
     }
 
     /// One compacted green thread's frames put back on its stack (`runtime::compaction`).
