@@ -142,20 +142,11 @@ pub(crate) fn check_at_park(task: &Task, metrics: &super::metrics::WorkerMetrics
     if !may_compact(task) {
         return;
     }
-    // What the stack holds, which the compaction gives back: a release too, for the metrics.
-    let resident = task
-        .coroutine
-        .try_borrow()
-        .ok()
-        .and_then(|coroutine| {
-            let stack = coroutine.as_ref()?.stack();
-            crate::stack::usage::residency(stack, stack.limit(), &mut Vec::new()).ok()
-        })
-        .map_or(0, |residency| residency.resident);
+    // Not measured (a `mincore` over an 8 MiB main stack at every park made the debug suite
+    // crawl): the metrics count the compaction, not a release.
     let mut batch = ReleaseBatch::default();
     if compact_and_protect(task, &mut batch, true).is_some() {
         batch.release();
         metrics.stack_compacted();
-        task.stack_watch.released_at_park(resident);
     }
 }

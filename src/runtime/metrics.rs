@@ -232,8 +232,8 @@ impl WorkerMetrics {
         }
     }
 
-    /// One green thread compacted at its park (the checking mode of `runtime::compaction`;
-    /// the release it makes is counted by the sweep, if the runtime sweeps).
+    /// One green thread compacted at its park (the checking mode of `runtime::compaction`; not
+    /// counted as a release: what it gave back is not measured there).
     #[cfg_attr(not(greenweave_compact_check), allow(dead_code))]
     pub(crate) fn stack_compacted(&self) {
         self.stack_compactions.add(1);
@@ -716,7 +716,7 @@ impl RuntimeMetrics {
     ///
     /// let runtime = Runtime::builder().stack_release(Some(Duration::ZERO)).build()?;
     /// let metrics = runtime.run(|| {
-    ///     let (wake, parked) = greenweave::sync::mpsc::channel::<()>();
+    ///     let (wake, parked) = greenweave::sync::shared::channel::<()>();
     ///     let deep = greenweave::spawn(move || {
     ///         go_deep(); // 128 KiB of stack touched, then a long park
     ///         parked.recv().unwrap();

@@ -89,11 +89,6 @@ pub(crate) struct StackWatch {
     /// Bytes its stack held after that sweep (what the metrics' gauge sums while it stays
     /// parked).
     held: Cell<usize>,
-    /// The checking mode of `runtime::compaction` compacts at the park itself: the bytes that
-    /// gave back, for the sweep to count as its release (so that the metrics read as in an
-    /// ordinary build, where the sweep compacts).
-    #[cfg(greenweave_compact_check)]
-    released_at_park: Cell<usize>,
 }
 
 /// The bit of [`StackWatch::deepest_and_warned`] set once the warning is written.
@@ -104,12 +99,6 @@ impl StackWatch {
     #[inline]
     pub(crate) fn reset(&self) {
         self.deepest_and_warned.set(0);
-    }
-
-    /// Notes what a compaction at the park gave back (the checking mode).
-    #[cfg(greenweave_compact_check)]
-    pub(crate) fn released_at_park(&self, bytes: usize) {
-        self.released_at_park.set(bytes);
     }
 
     /// Lets the next sweep visit the current park again (its frames were put back on the
@@ -353,15 +342,9 @@ impl StackSweep {
             }
             measured += 1;
             watch.swept_park.set(task.park_number.get());
-            // Compacted at its park (the checking mode): what that gave back is this sweep's
-            // release.
+            // Compacted at its park (the checking mode): nothing left to release.
             #[cfg(greenweave_compact_check)]
             if let Some(frames) = task.compacted_bytes() {
-                let released = watch.released_at_park.replace(0);
-                if released > 0 {
-                    result.releases += 1;
-                    result.released += released as u64;
-                }
                 round.compacted += frames as u64;
                 watch.held.set(0);
                 return true;
