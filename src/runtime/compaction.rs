@@ -130,7 +130,7 @@ const LIFTS_GUARDS: bool = !CHECKING;
 
 /// Whether the checking mode is built in (`--cfg greenweave_compact_check`, set by
 /// `.ci/run` for one pass of the test suite).
-pub(crate) const CHECKING: bool = cfg!(greenweave_compact_check);
+const CHECKING: bool = cfg!(greenweave_compact_check);
 
 /// The checking mode's compaction at the park itself: if `task` may be compacted, its frames
 /// are saved, its stack released and made inaccessible at once, and the range registered
