@@ -26,7 +26,8 @@ use std::io;
 use std::panic::{self, AssertUnwindSafe};
 
 use crate::arch::{self, StackPointer, Transfer};
-use crate::fiber::{self, Exit, FINISHED_TAG, FiberBody, Leave, Message};
+pub(crate) use crate::fiber::Message;
+use crate::fiber::{self, Exit, FINISHED_TAG, FiberBody, Leave};
 use crate::overflow;
 use crate::stack::{Stack, pool};
 
@@ -610,31 +611,76 @@ impl<I, Y> Yielder<I, Y> {
     /// check and bookkeeping, which would be on every park otherwise (parks refuse to switch
     /// while unwinding).
     ///
+    /// Touches nothing at the top of the coroutine's stack, where the yielder lies, unless it
+    /// unwinds: the resumer is read from and written to `resumer`, a slot of the caller's (the
+    /// scheduler keeps it in the task record, a line every switch reads anyway), and `yielder`
+    /// is asked for the yielder only on the way out by unwinding. The slot starts as a copy of
+    /// [`resumer`](Yielder::resumer) and is handed back with
+    /// [`take_resumer_from`](Yielder::take_resumer_from) before the body ends (its root leaves
+    /// by the yielder's copy); an unwind request brings the yielder's copy up to date itself.
+    /// The resumer moves the value out of `message`: one the caller gives up (a
+    /// [`Message::new`] of its own), or a `Copy` value in a static, which may be taken any
+    /// number of times and costs the suspend no store on the stack.
+    ///
     /// An unwind request (the coroutine dropped while suspended here) unwinds the suspending
     /// stack: a nested coroutine's or greenlet's root hands the panic to its resumer or parent,
     /// which re-raises it, until it reaches this coroutine's root, which recognises it.
     ///
     /// # Safety
     /// This coroutine is running: every stack between its own and the running one is
-    /// suspended inside it (a nested coroutine's `resume`, a greenlet switch made from a stack
+    /// suspended inside it (a nested `Coroutine::resume`, a greenlet switch made from a stack
     /// of this coroutine's), and nothing but this coroutine's resumer can resume the stack that
-    /// suspends here. The caller is not unwinding.
+    /// suspends here. The caller is not unwinding. `resumer` holds the context that resumed
+    /// this coroutine last (every resume since the body started has come back through this
+    /// function with the same slot, or the slot was refreshed from [`resumer`](Yielder::resumer)).
+    /// `yielder` returns this coroutine's yielder. `message` stays alive until the resumer has
+    /// taken its value, and nothing else takes it unless its value is `Copy`.
     #[inline(always)]
-    pub(crate) unsafe fn suspend_on_behalf(&self, value: Y) -> I {
+    pub(crate) unsafe fn suspend_on_behalf(
+        resumer: &Cell<StackPointer>,
+        message: &Message<Y>,
+        yielder: impl FnOnce() -> *const Self,
+    ) -> I {
         debug_assert!(!std::thread::panicking());
-        let message = Message::new(value);
-        // SAFETY: `resumer` is the context that resumed this coroutine and waits in its switch
-        // (the coroutine runs, per the contract); it moves `message` out before anything can
-        // resume this stack, and this frame stays alive until then. The resumer's `receive`
-        // records this stack's pointer as where the coroutine is suspended.
-        let transfer = unsafe { arch::suspend(self.resumer.get(), message.word()) };
-        self.resumer.set(transfer.from);
+        // SAFETY: `resumer` holds the context that resumed this coroutine and waits in its
+        // switch (the coroutine runs, per the contract); it moves the value out of `message`
+        // before anything can resume this stack, and the caller keeps `message` alive until
+        // then. The resumer's `receive` records this stack's pointer as where the coroutine is
+        // suspended.
+        let transfer = unsafe { arch::suspend(resumer.get(), message.word()) };
+        resumer.set(transfer.from);
         if transfer.data == UNWIND_REQUEST {
-            panic::resume_unwind(Box::new(ForcedUnwind(self as *const Self as usize)));
+            // SAFETY: per the contract, `yielder` gives this coroutine's yielder, alive in its
+            // root frame.
+            let yielder = unsafe { &*yielder() };
+            // The root leaves by the yielder's own copy, and the unwind may not pass the
+            // caller's hand-back (it may start on a nested stack).
+            yielder.resumer.set(transfer.from);
+            panic::resume_unwind(Box::new(ForcedUnwind(yielder as *const Self as usize)));
         }
         // SAFETY: a non-zero word from the resumer is the address of its input, which it has
         // given up (ManuallyDrop) and keeps alive until we switch back.
         unsafe { ptr::read(transfer.data as *const I) }
+    }
+
+    /// The context that resumed this coroutine last, as recorded by `suspend` or, before any
+    /// suspend, by the body's start: what a caller of
+    /// [`suspend_on_behalf`](Yielder::suspend_on_behalf) fills its slot with first.
+    #[inline]
+    pub(crate) fn resumer(&self) -> StackPointer {
+        self.resumer.get()
+    }
+
+    /// Makes `resumer`, a slot kept by [`suspend_on_behalf`](Yielder::suspend_on_behalf)
+    /// since it was filled from [`resumer`](Yielder::resumer), this yielder's record again:
+    /// the body's root leaves through it when the body ends.
+    ///
+    /// # Safety
+    /// As for the slot of `suspend_on_behalf`: it holds the context that resumed this
+    /// coroutine last.
+    #[inline]
+    pub(crate) unsafe fn take_resumer_from(&self, resumer: &Cell<StackPointer>) {
+        self.resumer.set(resumer.get());
     }
 
     /// The switch of `suspend`: checks the yielder is used on its own stack, hands `value` to

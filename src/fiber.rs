@@ -42,7 +42,7 @@ const COPIES_MADE_TO_RUN: usize = 2;
 pub(crate) struct Message<T>(ManuallyDrop<T>);
 
 impl<T> Message<T> {
-    pub(crate) fn new(value: T) -> Self {
+    pub(crate) const fn new(value: T) -> Self {
         Message(ManuallyDrop::new(value))
     }
 

@@ -81,6 +81,14 @@ impl StackPointer {
         self.0.as_ptr() as usize
     }
 
+    /// A value for a slot that holds no context yet. It is not a context: switching to it is
+    /// undefined; a slot holding it must be filled from a [`Transfer`] before anyone switches
+    /// through it.
+    #[inline]
+    pub(crate) const fn placeholder() -> StackPointer {
+        StackPointer(NonNull::dangling())
+    }
+
     /// The stack pointer at `addr`, as returned by [`StackPointer::addr`]; `None` for 0.
     /// Switching to it is only sound if it came from a `StackPointer` that is still valid.
     #[inline(always)]

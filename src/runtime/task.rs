@@ -19,6 +19,7 @@ use std::time::Instant;
 
 use super::parker::Parker;
 use super::stack_release::StackWatch;
+use crate::arch::StackPointer;
 use crate::coroutine::{Coroutine, Yielder};
 use crate::greenlet::World;
 use crate::stack::frames::SavedFrames;
@@ -251,7 +252,9 @@ impl fmt::Display for Wait {
 }
 
 /// What a green thread hands the scheduler when it switches out: the value its coroutine
-/// suspends with (one word, so it travels cheaply).
+/// suspends with (one word, so it travels cheaply). `Copy`, so that the yield's message can be
+/// a static that every yield sends.
+#[derive(Clone, Copy)]
 pub(crate) enum Suspend {
     /// `yield_now`: back to the end of the ready queue, nothing to arm.
     Yield,
@@ -318,8 +321,12 @@ pub(crate) struct Task {
     // -- Read by every switch into the task and back out. --
     /// `None` once finished (the stack is recycled at once).
     pub(crate) coroutine: RefCell<Option<TaskCoroutine>>,
-    /// The running body's yielder, set when the body starts. Valid while the coroutine lives.
-    pub(crate) yielder: Cell<*const Yielder<Wake, Suspend>>,
+    /// The scheduler context that resumed the body last: where its next park or yield
+    /// switches to. Kept here, in the line a switch reads anyway, rather than in the body's
+    /// [`Yielder`] at the top of its stack, so that a yield touches no line there (issue 33,
+    /// item 2); the yielder's own copy is brought up to date when the body ends (`spawn_task`).
+    /// A placeholder, never switched to, until the body starts.
+    pub(crate) resumer: Cell<StackPointer>,
     /// Its greenlets, stored here while it does not run (installed by `run_task` while it
     /// does); empty unless it has used greenlets.
     pub(crate) greenlets: World,
@@ -354,6 +361,9 @@ pub(crate) struct Task {
     pub(crate) lent: Cell<u32>,
 
     // -- The rest: read at the ends of its life, by handles, or on rarer paths. --
+    /// The running body's yielder, set when the body starts. Valid while the coroutine lives.
+    /// A park reads it only on its way out by unwinding.
+    pub(crate) yielder: Cell<*const Yielder<Wake, Suspend>>,
     pub(crate) id: u64,
     /// Index in the scheduler's task table while the task is unfinished.
     pub(crate) slot: usize,
@@ -399,6 +409,7 @@ impl Task {
             name,
             coroutine: RefCell::new(None),
             yielder: Cell::new(std::ptr::null()),
+            resumer: Cell::new(StackPointer::placeholder()),
             state: Cell::new(TaskState::Runnable),
             park_number: Cell::new(0),
             waiting: Cell::new(None),
@@ -845,7 +856,7 @@ mod tests {
         use std::mem::offset_of;
         let switch_fields = [
             offset_of!(Task, coroutine) + size_of::<RefCell<Option<TaskCoroutine>>>(),
-            offset_of!(Task, yielder) + size_of::<*const ()>(),
+            offset_of!(Task, resumer) + size_of::<StackPointer>(),
             offset_of!(Task, greenlets) + size_of::<World>(),
             offset_of!(Task, state) + 1,
             offset_of!(Task, wake) + 1,
