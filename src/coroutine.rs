@@ -617,7 +617,8 @@ impl<I, Y> Yielder<I, Y> {
     /// is asked for the yielder only on the way out by unwinding. The slot starts as a copy of
     /// [`resumer`](Yielder::resumer) and is handed back with
     /// [`take_resumer_from`](Yielder::take_resumer_from) before the body ends (its root leaves
-    /// by the yielder's copy); an unwind request brings the yielder's copy up to date itself.
+    /// by the yielder's copy), however the body ends; an unwind request also brings the
+    /// yielder's copy up to date itself.
     /// The resumer moves the value out of `message`: one the caller gives up (a
     /// [`Message::new`] of its own), or a `Copy` value in a static, which may be taken any
     /// number of times and costs the suspend no store on the stack.
@@ -653,8 +654,9 @@ impl<I, Y> Yielder<I, Y> {
             // SAFETY: per the contract, `yielder` gives this coroutine's yielder, alive in its
             // root frame.
             let yielder = unsafe { &*yielder() };
-            // The root leaves by the yielder's own copy, and the unwind may not pass the
-            // caller's hand-back (it may start on a nested stack).
+            // The root leaves by the yielder's own copy. The caller's hand-back copies the slot
+            // there too as the unwind passes it; this copy keeps an unwind request's way out
+            // right without relying on that (a cold path: one store).
             yielder.resumer.set(transfer.from);
             panic::resume_unwind(Box::new(ForcedUnwind(yielder as *const Self as usize)));
         }
